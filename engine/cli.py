@@ -1,0 +1,89 @@
+"""The `reconciler` command: `reconciler topics create|verify` (more subcommands join as built).
+
+Bad arguments and bad settings end with one message on stderr and exit status 2; an engine
+error (Kafka unreachable, wrong topic layout) ends with its cause and fix and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from engine.errors import ConfigError, EngineError
+from engine.settings import Settings, load_settings
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="TOML settings file")
+    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (host:port,...)")
+    parser.add_argument("--topic-prefix", help="prefix of every topic name")
+    parser.add_argument("--partitions", type=int, help="partition count of every topic")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(
+        args.config,
+        bootstrap_servers=args.bootstrap_servers,
+        topic_prefix=args.topic_prefix,
+        partitions=args.partitions,
+    )
+
+
+def _topics_create(args: argparse.Namespace) -> int:
+    from engine.topics import create_topics
+
+    settings = _settings(args)
+    created = create_topics(settings)
+    for name in created:
+        print(f"created {name}")
+    print(
+        f"topics ready: {len(settings.topics.inputs)} inputs co-partitioned with "
+        f"{settings.partitions} partitions, changelog compacted"
+    )
+    return 0
+
+
+def _topics_verify(args: argparse.Namespace) -> int:
+    from engine.topics import verify_topics
+
+    verify_topics(_settings(args))
+    print("topics verified")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reconciler",
+        description="Continuation-authority engine for AI-agent runners, on Kafka.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    topics = commands.add_parser("topics", help="create or verify the engine's topics")
+    topic_commands = topics.add_subparsers(dest="topics_command", required=True)
+    for name, handler, text in (
+        ("create", _topics_create, "create missing topics (idempotent) and verify the layout"),
+        ("verify", _topics_verify, "check co-partitioning and the compacted changelog"),
+    ):
+        sub = topic_commands.add_parser(name, help=text)
+        _add_common(sub)
+        sub.set_defaults(handler=handler)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except ConfigError as exc:
+        print(f"reconciler: {exc}", file=sys.stderr)
+        return 2
+    except EngineError as exc:
+        print(f"reconciler: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Typed settings for the engine and its commands: defaults, then a TOML file, then environment.
+
+Environment variables are `RECONCILER_<FIELD>` in upper case (e.g. `RECONCILER_BOOTSTRAP_SERVERS`,
+`RECONCILER_TOPIC_PREFIX`). librdkafka settings pass through untouched from the `[kafka]` table of
+the file or from `RECONCILER_KAFKA__<KEY>` variables (dots written as `_`, e.g.
+`RECONCILER_KAFKA__SASL_MECHANISM=PLAIN`), so SASL/SSL work without code changes. Secrets are
+never printed: `Settings.redacted()` is what logs see.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engine.errors import ConfigError
+
+ENV_PREFIX = "RECONCILER_"
+KAFKA_ENV_PREFIX = "RECONCILER_KAFKA__"
+_SECRET_MARKERS = ("password", "secret", "token", "key")
+
+
+class TopicNames(BaseModel):
+    """The topic names of the design, each behind one configurable prefix."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prefix: str
+
+    @property
+    def intents(self) -> str:
+        return f"{self.prefix}intents"
+
+    @property
+    def acks(self) -> str:
+        return f"{self.prefix}acks"
+
+    @property
+    def resumes(self) -> str:
+        return f"{self.prefix}resumes"
+
+    @property
+    def decisions(self) -> str:
+        return f"{self.prefix}decisions"
+
+    @property
+    def changelog(self) -> str:
+        return f"{self.prefix}changelog"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.prefix}dead-letters"
+
+    @property
+    def inputs(self) -> tuple[str, str, str]:
+        """The co-partitioned input topics, in the order a task lists them."""
+        return (self.intents, self.acks, self.resumes)
+
+
+class Settings(BaseModel):
+    """Everything the engine and the CLI need; validated once at start."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topic_prefix: str = Field(default="reconciler.", pattern=r"^[A-Za-z0-9._-]*$")
+    partitions: int = Field(default=6, ge=1, le=10_000)
+    replication_factor: int = Field(default=1, ge=1, le=10)
+    group_id: str = "reconciler-engine"
+    instance_id: str = Field(default="engine-0", min_length=1)
+    state_dir: Path = Path("state")
+    commit_interval_ms: int = Field(default=200, ge=10, le=60_000)
+    commit_max_events: int = Field(default=2_000, ge=1)
+    transaction_timeout_ms: int = Field(default=15_000, ge=1_000)
+    metrics_port: int = Field(default=9464, ge=0, le=65_535)
+    kafka: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def topics(self) -> TopicNames:
+        return TopicNames(prefix=self.topic_prefix)
+
+    def client_config(
+        self, **overrides: str | int | float | bool
+    ) -> dict[str, str | int | float | bool]:
+        """A librdkafka configuration: bootstrap servers, pass-through settings, then overrides."""
+        config: dict[str, str | int | float | bool] = {"bootstrap.servers": self.bootstrap_servers}
+        config.update(self.kafka)
+        config.update(overrides)
+        return config
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings as a dict fit for a log line: secret-looking values hidden."""
+        data = self.model_dump(mode="json")
+        data["kafka"] = {
+            key: ("***" if any(m in key.lower() for m in _SECRET_MARKERS) else value)
+            for key, value in self.kafka.items()
+        }
+        return data
+
+
+def load_settings(
+    path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Defaults < file < environment < explicit overrides (flags); bad input: ConfigError."""
+    env = os.environ if environ is None else environ
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            raw.update(tomllib.loads(path.read_text()))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(
+                f"cannot read settings file {path}: {exc}.",
+                "pass an existing TOML file with --config.",
+            ) from exc
+    kafka = {str(k): str(v) for k, v in raw.pop("kafka", {}).items()}
+    for name in Settings.model_fields:
+        value = env.get(f"{ENV_PREFIX}{name.upper()}")
+        if value is not None and name != "kafka":
+            raw[name] = value
+    for key, value in env.items():
+        if key.startswith(KAFKA_ENV_PREFIX):
+            kafka[key[len(KAFKA_ENV_PREFIX) :].lower().replace("_", ".")] = value
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings(**raw, kafka=kafka)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(
+            f"invalid settings: {problems}.",
+            "correct the file, RECONCILER_* variable or flag named.",
+        ) from exc

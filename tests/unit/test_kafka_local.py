@@ -1,0 +1,64 @@
+"""The local-broker tool fails with a cause and a fix (no broker started here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import kafka_local
+import pytest
+
+
+def test_port_in_use_from_environment_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        monkeypatch.setenv("RECONCILER_KAFKA_PORT", str(port))
+        with pytest.raises(kafka_local.SetupError, match=r"in use.*Fix"):
+            kafka_local.port_from_env("RECONCILER_KAFKA_PORT")
+
+
+def test_non_numeric_port_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RECONCILER_KAFKA_PORT", "kafka")
+    with pytest.raises(kafka_local.SetupError, match="not a TCP port"):
+        kafka_local.port_from_env("RECONCILER_KAFKA_PORT")
+
+
+def test_missing_tool_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(kafka_local.SetupError, match=r"`java` was not found.*Fix"):
+        kafka_local.require_tool("java", "install Java 17.")
+
+
+def test_main_exits_2_on_setup_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(kafka_local, "CACHE", tmp_path)
+    monkeypatch.setenv("RECONCILER_KAFKA_PORT", "70000")
+    monkeypatch.setattr(kafka_local, "read_info", lambda instance: None)
+    monkeypatch.setattr(kafka_local, "ensure_jars", lambda: None)
+    assert kafka_local.main(["start", "--instance", "unit-never-started"]) == 2
+    assert "not a TCP port" in capsys.readouterr().err
+
+
+def test_stale_pid_file_is_not_a_running_broker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(kafka_local, "CACHE", tmp_path)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "broker.json").write_text(
+        json.dumps({"pid": dead.pid, "port": 1, "controller_port": 2, "kafka_version": "4.1.1"})
+    )
+    assert kafka_local.read_info("old") is None
+    (tmp_path / "old" / "broker.json").write_text(
+        json.dumps({"pid": os.getpid(), "port": 1, "controller_port": 2, "kafka_version": "4.1.1"})
+    )
+    info = kafka_local.read_info("old")
+    assert info is not None
+    assert info.bootstrap == "127.0.0.1:1"

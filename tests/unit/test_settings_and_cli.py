@@ -1,0 +1,60 @@
+"""Settings precedence, secret redaction, and CLI exits on bad input (no broker needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main
+from engine.errors import ConfigError
+from engine.settings import load_settings
+
+
+def test_file_then_environment_then_flags(tmp_path: Path) -> None:
+    config = tmp_path / "engine.toml"
+    config.write_text(
+        'partitions = 4\ntopic_prefix = "file."\n[kafka]\n"security.protocol" = "SSL"\n'
+    )
+    env = {"RECONCILER_TOPIC_PREFIX": "env.", "RECONCILER_KAFKA__SASL_PASSWORD": "hunter2"}
+    settings = load_settings(config, env, partitions=8)
+    assert settings.partitions == 8
+    assert settings.topic_prefix == "env."
+    assert settings.topics.changelog == "env.changelog"
+    assert settings.client_config()["security.protocol"] == "SSL"
+    assert settings.client_config()["sasl.password"] == "hunter2"
+    assert settings.redacted()["kafka"]["sasl.password"] == "***"
+    assert "hunter2" not in repr(settings.redacted())
+
+
+def test_invalid_values_name_the_field() -> None:
+    with pytest.raises(ConfigError, match="partitions"):
+        load_settings(None, {"RECONCILER_PARTITIONS": "zero"})
+    with pytest.raises(ConfigError, match="topic_prefix"):
+        load_settings(None, {"RECONCILER_TOPIC_PREFIX": "bad prefix!"})
+
+
+def test_unknown_setting_in_file_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "engine.toml"
+    config.write_text("partitoins = 3\n")
+    with pytest.raises(ConfigError, match="partitoins"):
+        load_settings(config, {})
+
+
+def test_cli_bad_argument_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["topics", "create", "--partitions", "many"])
+    assert exit_info.value.code == 2
+    assert "invalid int value" in capsys.readouterr().err
+
+
+def test_cli_bad_setting_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["topics", "verify", "--partitions", "0"]) == 2
+    assert "partitions" in capsys.readouterr().err
+
+
+def test_cli_missing_config_file_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["topics", "verify", "--config", str(tmp_path / "nope.toml")]) == 2
+    assert "cannot read settings file" in capsys.readouterr().err

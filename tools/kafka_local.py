@@ -1,0 +1,391 @@
+"""Run a real, single-node Apache Kafka 4.x broker (KRaft, broker+controller) for development.
+
+    python tools/kafka_local.py start  [--instance NAME] [--fresh]
+    python tools/kafka_local.py stop   [--instance NAME]
+    python tools/kafka_local.py status [--instance NAME]
+    python tools/kafka_local.py bootstrap [--instance NAME]   # prints host:port of a running broker
+    python tools/kafka_local.py logs   [--instance NAME] [--lines N]
+
+The broker's jars come from Maven Central (the dependency declaration is `tools/kafka/pom.xml`)
+into `.kafka/libs/`, only when missing. Each instance lives in `.kafka/<instance>/`: its
+`server.properties`, KRaft data, `broker.log`, and `broker.json` (pid and ports) which is how a
+second `start` finds the first one instead of starting a duplicate.
+
+Ports are free ones picked at start, or taken from `RECONCILER_KAFKA_PORT` and
+`RECONCILER_KAFKA_CONTROLLER_PORT`.
+
+Every failure ends with one line naming the cause and the fix, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = REPO / ".kafka"
+LIBS = CACHE / "libs"
+POM = REPO / "tools" / "kafka" / "pom.xml"
+KAFKA_VERSION = "4.1.1"
+START_TIMEOUT_S = float(os.environ.get("RECONCILER_KAFKA_START_TIMEOUT", "90"))
+STOP_TIMEOUT_S = 30.0
+
+# Settings for one node on loopback: replication factor 1 everywhere, no auto-created topics,
+# and group/transaction timers shortened so failure tests detect a dead member in seconds.
+SINGLE_NODE_SETTINGS = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "controller.listener.names": "CONTROLLER",
+    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+    "num.partitions": "1",
+    "auto.create.topics.enable": "false",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "min.insync.replicas": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+    "group.consumer.min.session.timeout.ms": "3000",
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "1000",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+    "transaction.remove.expired.transaction.cleanup.interval.ms": "10000",
+    "log.cleaner.backoff.ms": "1000",
+}
+
+LOG4J2 = """\
+status = warn
+appender.out.type = File
+appender.out.name = OUT
+appender.out.fileName = {log}
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = OUT
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.ak.name = org.apache.kafka
+logger.ak.level = INFO
+"""
+
+
+class SetupError(Exception):
+    """A failure the user can fix; the message names the cause and the fix."""
+
+
+@dataclass
+class BrokerInfo:
+    pid: int
+    port: int
+    controller_port: int
+    kafka_version: str
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def instance_dir(instance: str) -> Path:
+    return CACHE / instance
+
+
+def info_path(instance: str) -> Path:
+    return instance_dir(instance) / "broker.json"
+
+
+def log_path(instance: str) -> Path:
+    return instance_dir(instance) / "broker.log"
+
+
+JAVA_FIX = "install a Java 17+ runtime (apt-get install openjdk-17-jre-headless)."
+
+
+def require_tool(name: str, fix: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise SetupError(f"`{name}` was not found on PATH. Fix: {fix}")
+    return found
+
+
+def ensure_jars() -> None:
+    """Resolve the broker's jars with Maven, only when the cache is missing or incomplete."""
+    marker = LIBS / f".complete-{KAFKA_VERSION}"
+    if marker.exists():
+        return
+    mvn = require_tool("mvn", "install Apache Maven 3.8+ (apt-get install maven).")
+    require_tool("java", JAVA_FIX)
+    if LIBS.exists():
+        shutil.rmtree(LIBS)
+    print(f"kafka_local: fetching Apache Kafka {KAFKA_VERSION} jars with Maven into {LIBS} ...")
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            mvn,
+            "-q",
+            "-B",
+            "-f",
+            str(POM),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={LIBS}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0 or not any(LIBS.glob(f"kafka_2.13-{KAFKA_VERSION}.jar")):
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise SetupError(
+            f"Maven could not download the Kafka jars (exit {proc.returncode}).\n{tail}\n"
+            "Fix: check that Maven Central is reachable (mvn settings, proxy), then run again."
+        )
+    marker.touch()
+    print(f"kafka_local: jars ready in {time.monotonic() - started:.1f}s")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_from_env(var: str) -> int | None:
+    raw = os.environ.get(var)
+    if not raw:
+        return None
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise SetupError(f"{var}={raw!r} is not a TCP port. Fix: set it to 1-65535 or unset it.")
+    port = int(raw)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise SetupError(
+                f"port {port} from {var} is in use ({exc.strerror}). "
+                f"Fix: stop what listens there, or unset {var} to pick a free port."
+            ) from exc
+    return port
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child still answers kill(0); it is not a running broker
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][:1] != "Z"
+    except OSError:
+        return True
+
+
+def read_info(instance: str) -> BrokerInfo | None:
+    path = info_path(instance)
+    if not path.exists():
+        return None
+    info = BrokerInfo(**json.loads(path.read_text()))
+    return info if pid_alive(info.pid) else None
+
+
+def answers_metadata(bootstrap: str, timeout_s: float) -> bool:
+    """True once the broker serves a metadata request (not just an open port)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        admin.list_topics(timeout=timeout_s)
+    except Exception:
+        return False
+    return True
+
+
+def write_configs(instance: str, port: int, controller_port: int) -> Path:
+    home = instance_dir(instance)
+    settings = dict(SINGLE_NODE_SETTINGS)
+    settings.update(
+        {
+            "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "log.dirs": str(home / "data"),
+        }
+    )
+    props = home / "server.properties"
+    props.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+    (home / "log4j2.properties").write_text(LOG4J2.format(log=log_path(instance)))
+    return props
+
+
+def java_command(instance: str, main: str, *args: str, heap: str = "256m") -> list[str]:
+    home = instance_dir(instance)
+    return [
+        require_tool("java", JAVA_FIX),
+        f"-Xms{heap}",
+        f"-Xmx{heap}",
+        "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
+        f"-Dkafka.logs.dir={home}",
+        "-cp",
+        f"{LIBS}/*",
+        main,
+        *args,
+    ]
+
+
+def start(instance: str, fresh: bool) -> BrokerInfo:
+    running = read_info(instance)
+    if running is not None:
+        print(
+            f"kafka_local: broker '{instance}' already running (pid {running.pid}) "
+            f"at {running.bootstrap}; not starting another"
+        )
+        return running
+    ensure_jars()
+    home = instance_dir(instance)
+    if fresh and home.exists():
+        shutil.rmtree(home)
+    home.mkdir(parents=True, exist_ok=True)
+    port = port_from_env("RECONCILER_KAFKA_PORT") or free_port()
+    controller_port = port_from_env("RECONCILER_KAFKA_CONTROLLER_PORT") or free_port()
+    props = write_configs(instance, port, controller_port)
+
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    fmt = subprocess.run(
+        java_command(
+            instance,
+            "kafka.tools.StorageTool",
+            "format",
+            "--standalone",
+            "-t",
+            cluster_id,
+            "-c",
+            str(props),
+            "--ignore-formatted",
+        ),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if fmt.returncode != 0:
+        raise SetupError(
+            f"formatting KRaft storage failed: {(fmt.stdout + fmt.stderr).strip()[-800:]}\n"
+            f"Fix: run `python tools/kafka_local.py start --fresh --instance {instance}`."
+        )
+
+    started = time.monotonic()
+    with open(home / "broker.out", "ab") as out:
+        proc = subprocess.Popen(
+            java_command(instance, "kafka.Kafka", str(props), heap="768m"),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # outlives this script; `stop` ends it
+        )
+    info = BrokerInfo(
+        pid=proc.pid, port=port, controller_port=controller_port, kafka_version=KAFKA_VERSION
+    )
+    info_path(instance).write_text(json.dumps(asdict(info)))
+    while not answers_metadata(info.bootstrap, timeout_s=1.0):
+        if proc.poll() is not None:
+            info_path(instance).unlink(missing_ok=True)
+            raise SetupError(
+                f"the broker exited with status {proc.returncode} while starting.\n"
+                f"{tail(instance, 25)}\nFix: read {log_path(instance)}; a port clash or a "
+                f"stale data dir (`start --fresh`) are the usual causes."
+            )
+        if time.monotonic() - started > START_TIMEOUT_S:
+            stop(instance)
+            raise SetupError(
+                f"the broker did not answer a metadata request within {START_TIMEOUT_S:.0f}s.\n"
+                f"{tail(instance, 25)}\nFix: check memory/CPU load, or raise "
+                "RECONCILER_KAFKA_START_TIMEOUT."
+            )
+        time.sleep(0.25)
+    print(
+        f"kafka_local: Apache Kafka {KAFKA_VERSION} '{instance}' up at {info.bootstrap} "
+        f"(pid {info.pid}) in {time.monotonic() - started:.1f}s"
+    )
+    return info
+
+
+def stop(instance: str) -> None:
+    path = info_path(instance)
+    if not path.exists():
+        print(f"kafka_local: broker '{instance}' is not running")
+        return
+    info = BrokerInfo(**json.loads(path.read_text()))
+    if pid_alive(info.pid):
+        os.killpg(info.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while pid_alive(info.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if pid_alive(info.pid):
+            print(
+                f"kafka_local: broker pid {info.pid} ignored SIGTERM for "
+                f"{STOP_TIMEOUT_S:.0f}s; killing it"
+            )
+            os.killpg(info.pid, signal.SIGKILL)
+    path.unlink(missing_ok=True)
+    print(f"kafka_local: broker '{instance}' stopped")
+
+
+def tail(instance: str, lines: int) -> str:
+    texts = []
+    for path in (log_path(instance), instance_dir(instance) / "broker.out"):
+        if path.exists():
+            body = path.read_text(errors="replace").splitlines()[-lines:]
+            texts.append(f"--- last {len(body)} lines of {path} ---\n" + "\n".join(body))
+    return "\n".join(texts) or f"(no broker log in {instance_dir(instance)})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kafka_local", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["start", "stop", "status", "bootstrap", "logs"])
+    parser.add_argument("--instance", default="dev", help="name of the broker (default: dev)")
+    parser.add_argument("--fresh", action="store_true", help="wipe the instance's data first")
+    parser.add_argument("--lines", type=int, default=60, help="log lines for `logs`")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "start":
+            start(args.instance, args.fresh)
+        elif args.command == "stop":
+            stop(args.instance)
+        elif args.command == "logs":
+            print(tail(args.instance, args.lines))
+        else:
+            info = read_info(args.instance)
+            if info is None:
+                print(f"kafka_local: broker '{args.instance}' is not running", file=sys.stderr)
+                return 1
+            if args.command == "bootstrap":
+                print(info.bootstrap)
+            else:
+                print(json.dumps({**asdict(info), "bootstrap": info.bootstrap}))
+    except SetupError as exc:
+        print(f"kafka_local: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

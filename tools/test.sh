@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `make test`: ruff, mypy strict, then the whole pytest suite against a real broker.
+# Starts the "test" broker unless one it started is already running, and stops what it
+# started on every exit path, so no background process outlives the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=.venv
+INSTANCE=test
+
+echo "== ruff"; "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check .
+echo "== mypy --strict"; "$VENV/bin/mypy"
+
+started=""
+cleanup() {
+  if [[ -n "$started" ]]; then "$VENV/bin/python" tools/kafka_local.py stop --instance "$INSTANCE"; fi
+}
+trap cleanup EXIT INT TERM
+
+if ! "$VENV/bin/python" tools/kafka_local.py status --instance "$INSTANCE" >/dev/null 2>&1; then
+  started=yes
+  "$VENV/bin/python" tools/kafka_local.py start --instance "$INSTANCE" --fresh
+fi
+export RECONCILER_TEST_BOOTSTRAP
+RECONCILER_TEST_BOOTSTRAP=$("$VENV/bin/python" tools/kafka_local.py bootstrap --instance "$INSTANCE")
+export RECONCILER_TEST_INSTANCE=$INSTANCE
+
+echo "== pytest (broker $RECONCILER_TEST_BOOTSTRAP)"
+"$VENV/bin/pytest" "$@"
