@@ -1,0 +1,122 @@
+"""Per-session state of the fold: digests and small structural facts only, never content.
+
+Record shape (``SessionState.to_record()``, every value Avro-friendly)::
+
+    session_id: str
+    binding: Binding | null               # set by the first accepted intent or grant
+    health: "CLEAR" | "AMBIGUOUS" | "VIOLATED"
+    health_reason: Reason | null          # why it is not CLEAR; only a repair clears it
+    holder: str | null                    # runner id holding continuation authority
+    fence_token: int                      # 0 = never granted; only grows
+    lease_expires_ms: int | null          # event time at which the holder's lease lapses
+    grant_request_id: str | null          # resume event id of the last grant (re-answered on dup)
+    grant_verdict: Verdict | null
+    granted_checkpoint_id: str | null     # a checkpoint that was granted is consumed
+    progress_sequence: int                # highest write sequence the session reached (-1)
+    slot: IntentSlot | null               # the single pending-write slot (like the SDK's)
+    previous_intent_id: str | null        # the intent the slot superseded
+    parked_acks: list[AckEvent]           # acks that arrived before their intent (bounded)
+    parked_resumes: list[ParkedResume]    # resumes that arrived before their intent (bounded)
+    recent_event_ids: list[str]           # de-duplication window (bounded)
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engine.core.errors import StateRecordError
+from engine.core.events import AckEvent, Binding, ItemFacts, Reason, ResumeEvent, Verdict
+
+LEASE_MS = 60_000
+"""How long (event time) a grant or a holder's last write keeps other runners out."""
+RECENT_EVENT_IDS = 8
+PARKED_LIMIT = 4
+
+
+class Health(StrEnum):
+    CLEAR = "CLEAR"
+    AMBIGUOUS = "AMBIGUOUS"  # the outcome of a write cannot be known: repair needed
+    VIOLATED = "VIOLATED"  # an invariant broke (held batch leaked, late fenced append)
+
+
+class SlotStatus(StrEnum):
+    HELD = "HELD"  # registered, must not be in the Session
+    PENDING = "PENDING"  # registered ordinary write, outcome not known
+    APPEND_GRANTED = "APPEND_GRANTED"  # a holder was told to append it once
+    COMMITTED = "COMMITTED"  # known durable (ack, classification or repair)
+    ABSENT = "ABSENT"  # an operator verified nothing of it landed
+    DISCARDED = "DISCARDED"  # a held batch dropped without a settle
+    ABANDONED = "ABANDONED"  # given up by an operator
+
+
+UNRESOLVED = frozenset({SlotStatus.HELD, SlotStatus.PENDING, SlotStatus.APPEND_GRANTED})
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class IntentSlot(_Frozen):
+    intent_id: str
+    runner_id: str
+    sequence: int
+    held: bool
+    status: SlotStatus
+    before: list[str] | None = None
+    items: list[ItemFacts] = Field(default_factory=list)
+    persisted_count: int = 0
+    committed_by_store: bool = False
+    committed_by_runner: bool = False
+    not_written: bool = False
+    partial_seen: bool = False
+
+    @property
+    def batch(self) -> list[str]:
+        return [facts.digest for facts in self.items]
+
+
+class ParkedResume(_Frozen):
+    resume: ResumeEvent
+    position: int
+
+
+class SessionState(_Frozen):
+    session_id: str
+    binding: Binding | None = None
+    health: Health = Health.CLEAR
+    health_reason: Reason | None = None
+    holder: str | None = None
+    fence_token: int = 0
+    lease_expires_ms: int | None = None
+    grant_request_id: str | None = None
+    grant_verdict: Verdict | None = None
+    granted_checkpoint_id: str | None = None
+    progress_sequence: int = -1
+    slot: IntentSlot | None = None
+    previous_intent_id: str | None = None
+    parked_acks: list[AckEvent] = Field(default_factory=list)
+    parked_resumes: list[ParkedResume] = Field(default_factory=list)
+    recent_event_ids: list[str] = Field(default_factory=list)
+
+    def to_record(self) -> dict[str, Any]:
+        """Plain dict of str/int/bool/None/list/dict values (the changelog record)."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> SessionState:
+        try:
+            return cls.model_validate(record)
+        except ValidationError as exc:
+            raise StateRecordError(
+                f"session state record does not match the documented shape: {exc}; "
+                "rebuild the partition's state by replaying its input topics.",
+                session_id=str(record.get("session_id")),
+            ) from exc
+
+    def lease_active(self, at_ms: int) -> bool:
+        return self.holder is not None and (
+            self.lease_expires_ms is not None and at_ms < self.lease_expires_ms
+        )
