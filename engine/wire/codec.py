@@ -1,0 +1,189 @@
+"""The strict codec: model -> framed Avro bytes, and bytes -> validated model.
+
+Decoding is a fixed pipeline, and each step has its own reason code:
+size cap (OVERSIZE) -> framing (BAD_MAGIC, TRUNCATED, UNKNOWN_SCHEMA) -> record type
+(WRONG_RECORD_TYPE) -> Avro body with writer->reader resolution (TRUNCATED, MALFORMED_BODY,
+TRAILING_BYTES) -> size limits (LIMIT_EXCEEDED) -> model validation (UNKNOWN_ENUM_SYMBOL,
+INVALID_FIELDS) -> ranges and shapes (INVALID_FIELDS). Any failure is a `DecodeError`.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from fastavro import schemaless_reader, schemaless_writer
+from pydantic import BaseModel, ValidationError
+
+from engine.core.events import AckEvent, Decision, IntentEvent, RepairEvent, ResumeEvent
+from engine.wire.dead_letter import DeadLetter
+from engine.wire.errors import DecodeError, DecodeReason, EncodeError, SourcePosition
+from engine.wire.framing import Framing, SingleObjectFraming
+from engine.wire.limits import DEFAULT_LIMITS, WireLimits
+from engine.wire.policy import RecordType
+from engine.wire.schema_store import SHIPPED_SCHEMAS, SchemaStore, ShippedSchema
+from engine.wire.validation import semantic_violation, size_violation
+
+WireModel = IntentEvent | AckEvent | ResumeEvent | RepairEvent | Decision | DeadLetter
+"""Every model that has a record on some topic."""
+
+MODEL_OF: Mapping[RecordType, type[WireModel]] = MappingProxyType(
+    {
+        RecordType.INTENT: IntentEvent,
+        RecordType.ACK: AckEvent,
+        RecordType.RESUME: ResumeEvent,
+        RecordType.REPAIR: RepairEvent,
+        RecordType.DECISION: Decision,
+        RecordType.DEAD_LETTER: DeadLetter,
+    }
+)
+RECORD_TYPE_OF: Mapping[type[BaseModel], RecordType] = MappingProxyType(
+    {model: record_type for record_type, model in MODEL_OF.items()}
+)
+
+# The symbol every shipped enum declares as its Avro `default`: what an older reader gets for
+# a symbol only a newer writer knows. No model accepts it, so it surfaces as a clear refusal.
+UNRECOGNIZED_SYMBOL = "UNRECOGNIZED"
+_MAX_MESSAGE = 300
+
+
+class Codec:
+    """Encodes models and decodes bytes for every record type, with one framing.
+
+    Thread-safe for concurrent use (it keeps no per-call state). ``framing`` defaults to
+    single-object encoding over the shipped schemas.
+    """
+
+    def __init__(
+        self,
+        *,
+        framing: Framing | None = None,
+        limits: WireLimits = DEFAULT_LIMITS,
+        store: SchemaStore = SHIPPED_SCHEMAS,
+    ) -> None:
+        self.store = store
+        self.framing: Framing = framing if framing is not None else SingleObjectFraming(store)
+        self.limits = limits
+
+    def encode(self, model: WireModel, *, version: int | None = None) -> bytes:
+        """The framed Avro bytes of ``model``, written with the current schema.
+
+        ``version`` writes an older supported version instead (the fixture generator uses it
+        to act as that version's writer). Raises `EncodeError` if the model does not fit.
+        """
+        record_type = RECORD_TYPE_OF.get(type(model))
+        if record_type is None:
+            raise EncodeError(f"{type(model).__name__} has no wire record")
+        schema = (
+            self.store.current(record_type)
+            if version is None
+            else self.store.get(record_type, version)
+        )
+        return self.encode_record(schema, model.model_dump(mode="python"))
+
+    def encode_record(self, schema: ShippedSchema, record: Mapping[str, Any]) -> bytes:
+        """Frame and write a plain record dict with ``schema`` (no model involved)."""
+        body = io.BytesIO()
+        try:
+            schemaless_writer(body, schema.parsed, dict(record), strict=True)
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            raise EncodeError(f"cannot write {schema.file_name}: {exc}") from exc
+        return self.framing.header_for(schema) + body.getvalue()
+
+    def decode(
+        self,
+        record_type: RecordType,
+        data: bytes,
+        *,
+        source: SourcePosition | None = None,
+    ) -> WireModel:
+        """The validated model carried by ``data``, or `DecodeError` naming the reason.
+
+        ``record_type`` is what the topic carries; a record of another type is refused.
+        """
+        try:
+            return self._decode(record_type, data)
+        except DecodeError as error:
+            raise DecodeError(
+                error.reason, error.message, source=source, record_type=record_type.value
+            ) from error
+
+    def decode_record(self, record_type: RecordType, data: bytes) -> dict[str, Any]:
+        """The Avro record dict (resolved to the current schema), before model validation."""
+        writer, body = self._split(record_type, data)
+        record: dict[str, Any] = self._read_body(writer, self.store.current(record_type), body)
+        return record
+
+    def _decode(self, record_type: RecordType, data: bytes) -> WireModel:
+        record = self.decode_record(record_type, data)
+        too_big = size_violation(record, self.limits)
+        if too_big is not None:
+            raise DecodeError(DecodeReason.LIMIT_EXCEEDED, too_big)
+        model_type = MODEL_OF[record_type]
+        try:
+            model = model_type.model_validate(record)
+        except ValidationError as exc:
+            raise _validation_error(exc) from exc
+        problem = semantic_violation(model)
+        if problem is not None:
+            raise DecodeError(DecodeReason.INVALID_FIELDS, problem)
+        return model
+
+    def _split(self, record_type: RecordType, data: bytes) -> tuple[ShippedSchema, memoryview]:
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise DecodeError(DecodeReason.MALFORMED_BODY, f"expected bytes, got {type(data)}")
+        data = bytes(data)
+        if not data:
+            raise DecodeError(DecodeReason.EMPTY, "the record value is empty (a tombstone?)")
+        if len(data) > self.limits.max_record_bytes:
+            raise DecodeError(
+                DecodeReason.OVERSIZE,
+                f"{len(data)} bytes exceeds the limit of {self.limits.max_record_bytes}",
+            )
+        writer, body = self.framing.split(data)
+        if writer.record_type is not record_type:
+            raise DecodeError(
+                DecodeReason.WRONG_RECORD_TYPE,
+                f"expected a {record_type} record, got {writer.file_name}",
+            )
+        return writer, body
+
+    @staticmethod
+    def _read_body(writer: ShippedSchema, reader: ShippedSchema, body: memoryview) -> Any:
+        # The body is at most max_record_bytes, and every array item in the shipped schemas
+        # takes at least one byte, so a forged length cannot make the reader allocate more than
+        # a small multiple of the record size: fastavro fails on the short read instead.
+        stream = io.BytesIO(body)
+        try:
+            record = schemaless_reader(
+                stream, writer.parsed, None if writer is reader else reader.parsed
+            )
+        except EOFError as exc:
+            raise DecodeError(DecodeReason.TRUNCATED, f"body ends early ({exc})") from exc
+        except Exception as exc:  # fastavro raises many types for bad bytes; all mean the same
+            raise DecodeError(
+                DecodeReason.MALFORMED_BODY, f"not a valid {writer.file_name} body: {exc!r}"[:300]
+            ) from exc
+        left = len(body) - stream.tell()
+        if left:
+            raise DecodeError(
+                DecodeReason.TRAILING_BYTES, f"{left} bytes after the end of the record"
+            )
+        return record
+
+
+def _validation_error(exc: ValidationError) -> DecodeError:
+    errors = exc.errors(include_url=False)
+    for error in errors:
+        if error.get("input") == UNRECOGNIZED_SYMBOL:
+            where = ".".join(str(part) for part in error["loc"])
+            return DecodeError(
+                DecodeReason.UNKNOWN_ENUM_SYMBOL,
+                f"{where} holds a symbol this engine does not know (written by a newer schema?)",
+            )
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"])
+    message = f"{where}: {first['msg']} ({len(errors)} problem(s))"
+    return DecodeError(DecodeReason.INVALID_FIELDS, message[:_MAX_MESSAGE])

@@ -1,0 +1,92 @@
+"""The schema-version policy: which versions of each record exist, and what each added.
+
+Rules (read before bumping):
+
+* A version is the Avro schema in ``schemas/<record>.v<N>.avsc``; the file name carries the
+  version, the record's full name (``io.reconciler.<Name>``) does not, because Avro schema
+  resolution matches named types by full name and every bump would otherwise need aliases.
+* A new version must be readable by resolution from every supported older version: new fields
+  get defaults, enums only grow and keep their ``default`` symbol, nothing is renamed without
+  an alias.
+* Bumping means: add the file, add a line to ``SUPPORTED`` below, move ``CURRENT``, run
+  ``tools/gen_wire_fixtures.py`` to write the new fixtures. The corpus test fails until then.
+* A version leaves ``SUPPORTED`` only when no producer can still write it; its file and
+  fixtures go with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+NAMESPACE = "io.reconciler"
+
+
+class RecordType(StrEnum):
+    """Every record type on every topic. The value is the schema file stem."""
+
+    INTENT = "intent"
+    ACK = "ack"
+    RESUME = "resume"
+    REPAIR = "repair"
+    DECISION = "decision"
+    DEAD_LETTER = "dead_letter"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordPolicy:
+    """The versions of one record type. Invariant: ``current`` is in ``supported``."""
+
+    record_name: str
+    current: int
+    supported: Mapping[int, str]
+
+    @property
+    def full_name(self) -> str:
+        return f"{NAMESPACE}.{self.record_name}"
+
+
+def _policy(record_name: str, current: int, supported: dict[int, str]) -> RecordPolicy:
+    if current not in supported:
+        raise AssertionError(f"{record_name}: current version {current} is not supported")
+    return RecordPolicy(record_name, current, MappingProxyType(dict(supported)))
+
+
+POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
+    {
+        RecordType.INTENT: _policy(
+            "Intent", 1, {1: "register/held/release/discard of a pending Session write"}
+        ),
+        RecordType.ACK: _policy(
+            "Ack", 1, {1: "append outcome: committed with observed tail, not written, unknown"}
+        ),
+        RecordType.RESUME: _policy(
+            "Resume", 1, {1: "restored runner's checkpoint record, reread tail and identity"}
+        ),
+        RecordType.REPAIR: _policy(
+            "Repair", 1, {1: "operator resolution of an ambiguous session, with actor and reason"}
+        ),
+        RecordType.DECISION: _policy(
+            "Decision", 1, {1: "verdict, reason code, fence token, binding and decision trail"}
+        ),
+        RecordType.DEAD_LETTER: _policy(
+            "DeadLetter", 1, {1: "refused input: raw bytes, source position, reason code"}
+        ),
+    }
+)
+
+
+def schema_file_name(record_type: RecordType, version: int) -> str:
+    """The shipped file name of one version, e.g. ``intent.v1.avsc``."""
+    return f"{record_type.value}.v{version}.avsc"
+
+
+def expected_schema_files() -> frozenset[str]:
+    """Every file the policy says must ship, and no other."""
+    return frozenset(
+        schema_file_name(record_type, version)
+        for record_type, policy in POLICY.items()
+        for version in policy.supported
+    )

@@ -1,0 +1,102 @@
+"""Checks applied to a decoded record: size limits before the model, ranges after it.
+
+Pydantic checks types, enum symbols and digest formats; what it cannot express without
+changing the core models (size limits that are configuration, non-empty batches, ranges)
+lives here, so the codec stays the single gate between bytes and the fold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel
+
+from engine.core.events import Binding, IntentEvent, IntentKind, PendingRecord, ResumeEvent
+from engine.wire.limits import WireLimits
+
+# Fields that may never be empty strings: ids and the operator's accountability fields.
+_NON_EMPTY = ("event_id", "session_id", "intent_id", "checkpoint_id", "actor", "reason")
+# Integer fields that are counts, offsets or times: never negative.
+_NON_NEGATIVE = (
+    "event_time_ms",
+    "fence_token",
+    "persisted_count",
+    "sequence",
+    "committed_count",
+    "source_partition",
+    "source_offset",
+)
+
+
+def size_violation(record: Any, limits: WireLimits) -> str | None:
+    """The first size limit the decoded (not yet validated) record breaks, or None."""
+    list_limits = {
+        "items": limits.max_items_per_batch,
+        "before": limits.max_digests_per_tail,
+        "observed_tail": limits.max_digests_per_tail,
+        "trail": limits.max_trail_entries,
+    }
+    for path, value in _walk(record, ""):
+        if isinstance(value, str) and len(value) > limits.max_string_length:
+            return f"{path} is {len(value)} characters, limit {limits.max_string_length}"
+        if isinstance(value, list):
+            name = path.rsplit(".", 1)[-1]
+            bound = list_limits.get(name)
+            if bound is not None and len(value) > bound:
+                return f"{path} has {len(value)} entries, limit {bound}"
+    return None
+
+
+def _walk(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    yield path, value
+    if isinstance(value, dict):
+        for key, child in value.items():
+            yield from _walk(child, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield from _walk(child, f"{path}[{index}]")
+
+
+def semantic_violation(model: BaseModel) -> str | None:
+    """The first range or shape rule the validated model breaks, or None."""
+    for problem in _generic_problems(model):
+        return problem
+    if isinstance(model, IntentEvent):
+        if model.kind is not IntentKind.DISCARD and not model.items:
+            return f"a {model.kind} intent needs a non-empty batch"
+        if model.kind is IntentKind.HELD and model.before is not None:
+            return "a HELD intent cannot carry before digests: it never reached the Session"
+    if isinstance(model, ResumeEvent):
+        if model.checkpoint_sequence < -1:
+            return "checkpoint_sequence must be -1 (none) or a write sequence"
+        if model.pending is not None:
+            return _pending_problem(model.pending)
+    return None
+
+
+def _pending_problem(pending: PendingRecord) -> str | None:
+    if not pending.items:
+        return "pending.items must not be empty (the SDK never records an empty batch)"
+    if pending.held and pending.before is not None:
+        return "a held pending record cannot carry before digests"
+    if pending.append_acknowledged and pending.before is None:
+        return "append_acknowledged requires before digests"
+    return None
+
+
+def _generic_problems(model: BaseModel) -> Iterator[str]:
+    for name in _NON_EMPTY:
+        value = getattr(model, name, None)
+        if isinstance(value, str) and not value.strip():
+            yield f"{name} must not be empty"
+    for name in _NON_NEGATIVE:
+        value = getattr(model, name, None)
+        if isinstance(value, int) and value < 0:
+            yield f"{name} must not be negative (got {value})"
+    binding = getattr(model, "binding", None)
+    if isinstance(binding, Binding):
+        if binding.chunk_size is not None and binding.chunk_size <= 0:
+            yield "binding.chunk_size must be positive or null"
+        if not binding.backend_id.strip():
+            yield "binding.backend_id must not be empty"
