@@ -14,7 +14,9 @@ class DeadLetter(BaseModel):
     inspect it; ``reason`` is one of the stable `DecodeReason` codes.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64"
+    )
 
     source_topic: str
     source_partition: int

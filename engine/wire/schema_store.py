@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources.abc import Traversable
 from typing import Any
 
@@ -56,8 +56,9 @@ def parse_json_schema(text: str) -> Any:
     return json.loads(text)
 
 
-def _load_one(root: Traversable, record_type: RecordType, version: int) -> ShippedSchema:
-    policy = POLICY[record_type]
+def _load_one(
+    root: Traversable, policy: RecordPolicy, record_type: RecordType, version: int
+) -> ShippedSchema:
     name = schema_file_name(record_type, version)
     try:
         source = json.loads(root.joinpath(name).read_text(encoding="utf-8"))
@@ -99,22 +100,26 @@ class SchemaStore:
 
     by_version: Mapping[tuple[RecordType, int], ShippedSchema]
     by_fingerprint: Mapping[bytes, ShippedSchema]
+    policy: Mapping[RecordType, RecordPolicy] = field(default_factory=lambda: POLICY)
 
     def current(self, record_type: RecordType) -> ShippedSchema:
-        return self.by_version[(record_type, POLICY[record_type].current)]
+        """The reader schema: every record is resolved to this version when decoded."""
+        return self.by_version[(record_type, self.policy[record_type].current)]
 
     def get(self, record_type: RecordType, version: int) -> ShippedSchema:
         try:
             return self.by_version[(record_type, version)]
         except KeyError:
-            supported = sorted(POLICY[record_type].supported)
+            supported = sorted(self.policy[record_type].supported)
             raise SchemaPolicyError(
                 f"{record_type} schema version {version} is not supported; "
                 f"supported versions are {supported}"
             ) from None
 
 
-def load_shipped_schemas(root: Traversable | None = None) -> SchemaStore:
+def load_shipped_schemas(
+    root: Traversable | None = None, policy: Mapping[RecordType, RecordPolicy] = POLICY
+) -> SchemaStore:
     """Load every version the policy lists and check that the folder holds exactly those.
 
     Raises `SchemaPolicyError` on a missing, extra, misnamed or undocumented schema, or on two
@@ -122,7 +127,7 @@ def load_shipped_schemas(root: Traversable | None = None) -> SchemaStore:
     """
     folder = root if root is not None else shipped_schema_root()
     expected = {
-        schema_file_name(rt, v): (rt, v) for rt, policy in POLICY.items() for v in policy.supported
+        schema_file_name(rt, v): (rt, v) for rt, entry in policy.items() for v in entry.supported
     }
     present = {entry.name for entry in folder.iterdir() if entry.name.endswith(".avsc")}
     if present != set(expected):
@@ -130,7 +135,7 @@ def load_shipped_schemas(root: Traversable | None = None) -> SchemaStore:
             "shipped schema files do not match engine.wire.policy: "
             f"missing {sorted(set(expected) - present)}, unlisted {sorted(present - set(expected))}"
         )
-    by_version = {key: _load_one(folder, *key) for key in expected.values()}
+    by_version = {key: _load_one(folder, policy[key[0]], *key) for key in expected.values()}
     by_fingerprint: dict[bytes, ShippedSchema] = {}
     for shipped in by_version.values():
         clash = by_fingerprint.setdefault(shipped.fingerprint, shipped)
@@ -138,7 +143,7 @@ def load_shipped_schemas(root: Traversable | None = None) -> SchemaStore:
             raise SchemaPolicyError(
                 f"{shipped.file_name} and {clash.file_name} have the same canonical form"
             )
-    return SchemaStore(by_version=by_version, by_fingerprint=by_fingerprint)
+    return SchemaStore(by_version=by_version, by_fingerprint=by_fingerprint, policy=policy)
 
 
 SHIPPED_SCHEMAS = load_shipped_schemas()

@@ -1,0 +1,339 @@
+"""Write the frozen wire fixture corpus under ``tests/fixtures/wire/``.
+
+Run from the repository root: ``.venv/bin/python -m tools.gen_wire_fixtures``.
+
+For every supported version of every record type it writes ``<type>/v<N>/{minimal,full}.avro``
+(single-object encoding, written with that version's schema: the writer of that version) and
+``.json`` (the model the current reader must decode it to). It also writes negative fixtures
+under ``negative/`` with a ``manifest.json`` of expected reason codes.
+
+Existing files are never rewritten: the corpus is frozen once a version ships. ``--check``
+only reports files that are missing or would now be written differently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from engine.core.events import (
+    AckEvent,
+    AckOutcome,
+    AckSource,
+    Binding,
+    Classification,
+    Decision,
+    Fence,
+    IntentEvent,
+    IntentKind,
+    ItemFacts,
+    PendingRecord,
+    Reason,
+    RepairEvent,
+    RepairResolution,
+    ResumeEvent,
+    TrailEntry,
+    Verdict,
+)
+from engine.wire import POLICY, SHIPPED_SCHEMAS, Codec, DeadLetter, DecodeReason, RecordType
+from engine.wire.codec import UNRECOGNIZED_SYMBOL, WireModel
+from engine.wire.framing import SINGLE_OBJECT_HEADER_SIZE
+
+CORPUS = Path("tests/fixtures/wire")
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, event time of every sample
+
+
+def _digest(n: int) -> str:
+    return f"{n:02x}" * 32
+
+
+BINDING_MIN = Binding(backend_id="sqlite:/var/sessions.db", namespace="default")
+BINDING_FULL = Binding(
+    backend_id="openai-conversations",
+    namespace="org-7/project-3",
+    digest_scheme="sdk-sha256-v1",
+    ignore_ids=True,
+    checkpoint_schema_version="1.19",
+    store_enforces_fence=True,
+    chunk_size=20,
+)
+CALL = ItemFacts(digest=_digest(1), item_type="function_call", call_id="call_1")
+OUTPUT = ItemFacts(digest=_digest(2), item_type="function_call_output", call_id="call_1")
+MESSAGE = ItemFacts(digest=_digest(3), item_type="message")
+
+SAMPLES: dict[RecordType, dict[str, Callable[[], WireModel]]] = {
+    RecordType.INTENT: {
+        "minimal": lambda: IntentEvent(
+            event_id="ev-1",
+            session_id="s-1",
+            event_time_ms=T0,
+            kind=IntentKind.DISCARD,
+            intent_id="in-1",
+            runner_id="runner-a",
+            binding=BINDING_MIN,
+            sequence=0,
+        ),
+        "full": lambda: IntentEvent(
+            event_id="ev-2",
+            session_id="s-1",
+            event_time_ms=T0 + 1,
+            kind=IntentKind.REGISTER,
+            intent_id="in-2",
+            runner_id="runner-a",
+            fence_token=41,
+            binding=BINDING_FULL,
+            before=[_digest(10), _digest(11), _digest(12)],
+            items=[CALL, OUTPUT],
+            persisted_count=2,
+            sequence=7,
+            tools_ran=True,
+        ),
+    },
+    RecordType.ACK: {
+        "minimal": lambda: AckEvent(
+            event_id="ev-3",
+            session_id="s-1",
+            event_time_ms=T0,
+            intent_id="in-2",
+            outcome=AckOutcome.UNKNOWN,
+            source=AckSource.RUNNER,
+        ),
+        "full": lambda: AckEvent(
+            event_id="ev-4",
+            session_id="s-1",
+            event_time_ms=T0 + 2,
+            intent_id="in-2",
+            runner_id="runner-a",
+            outcome=AckOutcome.COMMITTED,
+            source=AckSource.STORE,
+            fence_token=41,
+            observed_tail=[_digest(11), _digest(12), _digest(1), _digest(2)],
+            committed_count=2,
+        ),
+    },
+    RecordType.RESUME: {
+        "minimal": lambda: ResumeEvent(
+            event_id="ev-5",
+            session_id="s-1",
+            event_time_ms=T0,
+            runner_id="runner-b",
+            checkpoint_id="ck-1",
+            binding=BINDING_MIN,
+        ),
+        "full": lambda: ResumeEvent(
+            event_id="ev-6",
+            session_id="s-1",
+            event_time_ms=T0 + 3,
+            runner_id="runner-b",
+            checkpoint_id="ck-2",
+            binding=BINDING_FULL,
+            pending=PendingRecord(
+                intent_id="in-2",
+                items=[CALL, OUTPUT],
+                before=[_digest(11), _digest(12)],
+                persisted_count=2,
+                held=False,
+                append_acknowledged=True,
+            ),
+            observed_tail=[_digest(11), _digest(12), _digest(1), _digest(2)],
+            checkpoint_sequence=7,
+        ),
+    },
+    RecordType.REPAIR: {
+        "minimal": lambda: RepairEvent(
+            event_id="ev-7",
+            session_id="s-1",
+            event_time_ms=T0,
+            resolution=RepairResolution.ABANDON,
+            actor="ops@example.com",
+            reason="restart",
+        ),
+        "full": lambda: RepairEvent(
+            event_id="ev-8",
+            session_id="s-1",
+            event_time_ms=T0 + 4,
+            resolution=RepairResolution.ACCEPT_COMMITTED,
+            actor="ops@example.com",
+            reason="verified both items in the conversation export",
+            intent_id="in-2",
+        ),
+    },
+    RecordType.DECISION: {
+        "minimal": lambda: Decision(
+            decision_id="d-ev-5",
+            session_id="s-1",
+            in_reply_to="ev-5",
+            verdict=Verdict.RECORDED,
+            reason=Reason.ACCEPTED,
+            event_time_ms=T0,
+        ),
+        "full": lambda: Decision(
+            decision_id="d-ev-6",
+            session_id="s-1",
+            in_reply_to="ev-6",
+            verdict=Verdict.APPEND_ONCE,
+            reason=Reason.UNCHANGED,
+            fence_token=42,
+            fence=Fence.STORE_ENFORCED,
+            holder="runner-b",
+            classification=Classification.UNCHANGED,
+            operator_action=None,
+            alert=False,
+            final=True,
+            event_time_ms=T0 + 3,
+            trail=[
+                TrailEntry(step="observed", detail="tail of 2 digests"),
+                TrailEntry(step="classification", detail="tail equals before"),
+            ],
+        ),
+    },
+    RecordType.DEAD_LETTER: {
+        "minimal": lambda: DeadLetter(
+            source_topic="reconciler.intents",
+            source_partition=0,
+            source_offset=0,
+            reason=DecodeReason.EMPTY,
+            detail="the record value is empty",
+        ),
+        "full": lambda: DeadLetter(
+            source_topic="reconciler.acks",
+            source_partition=3,
+            source_offset=1234,
+            source_timestamp_ms=T0,
+            key=b"s-1",
+            value=b"\xc3\x01\xff\x00garbage",
+            reason=DecodeReason.UNKNOWN_SCHEMA,
+            detail="schema fingerprint ff00... unknown",
+            record_type="ack",
+        ),
+    },
+}
+
+
+def positive_fixtures() -> dict[Path, bytes]:
+    """Every (type, version, variant) example as .avro and .json contents."""
+    codec = Codec()
+    files: dict[Path, bytes] = {}
+    for record_type, policy in POLICY.items():
+        for version in policy.supported:
+            for variant, build in SAMPLES[record_type].items():
+                model = build()
+                folder = CORPUS / record_type.value / f"v{version}"
+                files[folder / f"{variant}.avro"] = codec.encode(model, version=version)
+                text = model.model_dump_json(indent=2) + "\n"
+                files[folder / f"{variant}.json"] = text.encode()
+    return files
+
+
+def negative_fixtures() -> tuple[dict[Path, bytes], dict[str, dict[str, str]]]:
+    """Broken records and the reason code the decoder must give for each."""
+    codec = Codec()
+    full = codec.encode(SAMPLES[RecordType.INTENT]["full"]())
+    intent = SHIPPED_SCHEMAS.current(RecordType.INTENT)
+    raw = SAMPLES[RecordType.INTENT]["full"]().model_dump(mode="python")
+    wrong_fp = bytearray(full)
+    wrong_fp[2] ^= 0xFF
+    cases: dict[str, tuple[bytes, RecordType, DecodeReason]] = {
+        "truncated_body": (full[:-5], RecordType.INTENT, DecodeReason.TRUNCATED),
+        "truncated_header": (full[:6], RecordType.INTENT, DecodeReason.TRUNCATED),
+        "trailing_bytes": (full + b"\x00", RecordType.INTENT, DecodeReason.TRAILING_BYTES),
+        "wrong_fingerprint": (bytes(wrong_fp), RecordType.INTENT, DecodeReason.UNKNOWN_SCHEMA),
+        "wrong_magic": (b"\x00" + full[1:], RecordType.INTENT, DecodeReason.BAD_MAGIC),
+        "wrong_record_type": (full, RecordType.ACK, DecodeReason.WRONG_RECORD_TYPE),
+        "unknown_enum": (
+            codec.encode_record(intent, {**raw, "kind": UNRECOGNIZED_SYMBOL}),
+            RecordType.INTENT,
+            DecodeReason.UNKNOWN_ENUM_SYMBOL,
+        ),
+        "enum_index_out_of_range": (
+            _with_enum_index(codec, raw),
+            RecordType.INTENT,
+            DecodeReason.MALFORMED_BODY,
+        ),
+        "oversize_batch": (
+            codec.encode_record(intent, {**raw, "items": [raw["items"][0]] * 1001}),
+            RecordType.INTENT,
+            DecodeReason.LIMIT_EXCEEDED,
+        ),
+        "oversize_string": (
+            codec.encode_record(intent, {**raw, "runner_id": "r" * 5000}),
+            RecordType.INTENT,
+            DecodeReason.LIMIT_EXCEEDED,
+        ),
+        "bad_digest": (
+            codec.encode_record(intent, {**raw, "before": ["not-a-digest"]}),
+            RecordType.INTENT,
+            DecodeReason.INVALID_FIELDS,
+        ),
+        "type_confusion_ack_body": (
+            full[:SINGLE_OBJECT_HEADER_SIZE]
+            + codec.encode(SAMPLES[RecordType.ACK]["full"]())[SINGLE_OBJECT_HEADER_SIZE:],
+            RecordType.INTENT,
+            DecodeReason.TRUNCATED,  # the shorter ack body runs out under the intent schema
+        ),
+        "empty_batch": (
+            codec.encode_record(intent, {**raw, "items": []}),
+            RecordType.INTENT,
+            DecodeReason.INVALID_FIELDS,
+        ),
+        "negative_time": (
+            codec.encode_record(intent, {**raw, "event_time_ms": -1}),
+            RecordType.INTENT,
+            DecodeReason.INVALID_FIELDS,
+        ),
+        "empty": (b"", RecordType.INTENT, DecodeReason.EMPTY),
+    }
+    files = {CORPUS / "negative" / f"{name}.bin": data for name, (data, _, _) in cases.items()}
+    manifest = {
+        name: {"record_type": rt.value, "reason": reason.value}
+        for name, (_, rt, reason) in cases.items()
+    }
+    return files, manifest
+
+
+def _with_enum_index(codec: Codec, raw: dict[str, object]) -> bytes:
+    """The full intent with its `kind` enum index (first byte after 3 strings) set to 99."""
+    schema = SHIPPED_SCHEMAS.current(RecordType.INTENT)
+    body = bytearray(codec.encode_record(schema, raw)[SINGLE_OBJECT_HEADER_SIZE:])
+    offset = 0
+    for _ in range(2):  # event_id, session_id: zigzag length then bytes (short strings)
+        offset += 1 + body[offset] // 2
+    while body[offset] & 0x80:  # event_time_ms: zigzag varint
+        offset += 1
+    offset += 1
+    body[offset] = 99 * 2  # zigzag(99), one byte
+    return codec.framing.header_for(schema) + bytes(body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="report drift, write nothing")
+    args = parser.parse_args(argv)
+    files = positive_fixtures()
+    negatives, manifest = negative_fixtures()
+    files.update(negatives)
+    files[CORPUS / "negative" / "manifest.json"] = (
+        json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    ).encode()
+    drift = 0
+    for path, content in sorted(files.items()):
+        if path.exists():
+            if path.read_bytes() != content:
+                drift += 1
+                print(f"differs (frozen, left as is): {path}")
+            continue
+        if args.check:
+            drift += 1
+            print(f"missing: {path}")
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+        print(f"wrote {path}")
+    return 1 if drift and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
