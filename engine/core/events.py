@@ -197,6 +197,7 @@ class Reason(StrEnum):
     NO_PENDING_WRITE = "NO_PENDING_WRITE"
     REGRANT_DUPLICATE_REQUEST = "REGRANT_DUPLICATE_REQUEST"
     HELD_RIDES = "HELD_RIDES"
+    KNOWN_COMMITTED = "KNOWN_COMMITTED"  # an earlier ack, classification or repair said so
     ACCEPTED_ABSENT = "ACCEPTED_ABSENT"
     # withholds
     AMBIGUOUS = "AMBIGUOUS"

@@ -621,10 +621,8 @@ def _reconcile(
         why = f"intent {slot.intent_id} was {slot.status.value.lower()}"
         return _withhold(state, event, Reason.ABANDONED, why, suffix, action=_ACTION_NEWER)
     if slot.status is SlotStatus.COMMITTED:
-        reason = Reason.COMMITTED_BY_STORE if slot.committed_by_store else Reason.COMMITTED
-        return _grant(
-            state, event, position, Verdict.CONTINUE, reason, Classification.COMMITTED, suffix
-        )
+        reason = Reason.COMMITTED_BY_STORE if slot.committed_by_store else Reason.KNOWN_COMMITTED
+        return _grant(state, event, position, Verdict.CONTINUE, reason, Classification.NONE, suffix)
     if slot.status is SlotStatus.ABSENT:
         return _grant(
             state,

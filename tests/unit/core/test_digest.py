@@ -69,8 +69,8 @@ def test_facts_carry_no_content_and_match_sdk():
     from agents.run_internal.items import fingerprint_input_item
 
     facts = item_facts(CALL, ignore_ids=True)
-    assert "function_call" == facts.item_type
-    assert "charge-1" == facts.call_id
+    assert facts.item_type == "function_call"
+    assert facts.call_id == "charge-1"
     assert "charge" not in facts.model_dump_json().replace("charge-1", "")
     import hashlib
 
@@ -81,5 +81,5 @@ def test_facts_carry_no_content_and_match_sdk():
 def test_orphan_outputs():
     call = item_facts({"type": "function_call", "call_id": "a"}, ignore_ids=False)
     output = item_facts({"type": "function_call_output", "call_id": "a"}, ignore_ids=False)
-    assert [] == orphan_outputs([call, output])
+    assert orphan_outputs([call, output]) == []
     assert [output] == orphan_outputs([output, call])

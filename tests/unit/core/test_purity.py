@@ -23,4 +23,4 @@ def test_core_imports_nothing_impure():
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names = [node.module]
             offenders += [f"{path.name}:{n}" for n in names if n.split(".")[0] in FORBIDDEN]
-    assert [] == offenders
+    assert offenders == []

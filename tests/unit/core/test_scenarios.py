@@ -24,9 +24,9 @@ from tests.unit.core.builders import (
     resume,
 )
 
-U, C, O = msg("charge 7"), call("charge-1"), out("charge-1")
+U, C, OUTPUT = msg("charge 7"), call("charge-1"), out("charge-1")
 BEFORE = [U, C]
-BATCH = [O]
+BATCH = [OUTPUT]
 
 
 def _final(events):
@@ -77,8 +77,8 @@ def test_partial_commit_of_two_items_fails_closed():
     decision = _final(
         [intent("e1", batch, BEFORE), resume("e2", record(batch, BEFORE), [U, C, out("a")])]
     )
-    assert Verdict.WITHHELD == decision.verdict
-    assert Classification.PARTIAL == decision.classification
+    assert decision.verdict == Verdict.WITHHELD
+    assert decision.classification == Classification.PARTIAL
 
 
 def test_other_session_binding_is_withheld():
@@ -88,16 +88,16 @@ def test_other_session_binding_is_withheld():
     decision = _final(
         [intent("e1", BATCH, BEFORE), resume("e2", record(BATCH, BEFORE), BEFORE, binding=other)]
     )
-    assert (Verdict.WITHHELD, Reason.BINDING_MISMATCH) == (decision.verdict, decision.reason)
+    assert (decision.verdict, decision.reason) == (Verdict.WITHHELD, Reason.BINDING_MISMATCH)
 
 
 def test_repeated_content_makes_both_rules_true():
     s = msg("S")
     decision = _final([intent("e1", [s], [s]), resume("e2", record([s], [s]), [s, s])])
-    assert (Verdict.WITHHELD, Classification.AMBIGUOUS_BOTH) == (
+    assert (
         decision.verdict,
         decision.classification,
-    )
+    ) == (Verdict.WITHHELD, Classification.AMBIGUOUS_BOTH)
 
 
 def test_acknowledged_append_accepts_only_committed():
@@ -107,37 +107,40 @@ def test_acknowledged_append_accepts_only_committed():
             resume("e2", record(BATCH, BEFORE, acknowledged=True), [*BEFORE, *BATCH]),
         ]
     )
-    assert Verdict.CONTINUE == ok.verdict
+    assert ok.verdict == Verdict.CONTINUE
     bad = _final(
         [
             intent("e1", BATCH, BEFORE),
             resume("e2", record(BATCH, BEFORE, acknowledged=True), BEFORE),
         ]
     )
-    assert Verdict.WITHHELD == bad.verdict
+    assert bad.verdict == Verdict.WITHHELD
 
 
 def test_append_not_started_appends_once():
     decision = _final([intent("e1", BATCH, None), resume("e2", record(BATCH, None), BEFORE)])
-    assert (Verdict.APPEND_ONCE, Reason.APPEND_NOT_STARTED) == (decision.verdict, decision.reason)
+    assert (decision.verdict, decision.reason) == (Verdict.APPEND_ONCE, Reason.APPEND_NOT_STARTED)
 
 
 def test_conversations_chunk_rule_matches_sdk():
     batch = d([msg(f"m{i}") for i in range(23)])
     before = d([msg("h")])
     chunk = 20
-    assert Classification.UNCHANGED == classify(
-        observed=before, before=before, batch=batch, chunk_size=chunk
+    assert (
+        classify(observed=before, before=before, batch=batch, chunk_size=chunk)
+        == Classification.UNCHANGED
     )
-    assert Classification.PARTIAL == classify(
-        observed=before + batch[:20], before=before, batch=batch, chunk_size=chunk
+    assert (
+        classify(observed=before + batch[:20], before=before, batch=batch, chunk_size=chunk)
+        == Classification.PARTIAL
     )
-    assert Classification.COMMITTED == classify(
-        observed=before + batch, before=before, batch=batch, chunk_size=chunk
+    assert (
+        classify(observed=before + batch, before=before, batch=batch, chunk_size=chunk)
+        == Classification.COMMITTED
     )
     one = d([msg("h")])
-    assert Classification.UNCHANGED == classify(observed=one, before=one, batch=one)
-    assert Classification.AMBIGUOUS_BOTH == classify(observed=one + one, before=one, batch=one)
+    assert classify(observed=one, before=one, batch=one) == Classification.UNCHANGED
+    assert classify(observed=one + one, before=one, batch=one) == Classification.AMBIGUOUS_BOTH
 
 
 # --- held variant: park / approve / reject / re-park / discard ------------------------------
@@ -152,14 +155,17 @@ def test_held_park_then_resume_rides_then_release_settles():
         [
             _held([C]),
             resume("r1", record([C], None, held=True), [U], runner="r1"),
-            intent("rel", [C, O], [U], kind=IntentKind.RELEASE, runner="r1", fence=1, seq=2),
+            intent("rel", [C, OUTPUT], [U], kind=IntentKind.RELEASE, runner="r1", fence=1, seq=2),
             ack("a", AckOutcome.COMMITTED, runner="r1", fence=1, t=100_100),
         ]
     )
-    assert [Verdict.RECORDED, Verdict.CONTINUE, Verdict.RECORDED, Verdict.RECORDED] == [
-        x.verdict for x in decisions
+    assert [x.verdict for x in decisions] == [
+        Verdict.RECORDED,
+        Verdict.CONTINUE,
+        Verdict.RECORDED,
+        Verdict.RECORDED,
     ]
-    assert Reason.HELD_RIDES == decisions[1].reason
+    assert decisions[1].reason == Reason.HELD_RIDES
 
 
 def test_held_reject_settles_call_with_rejection_output():
@@ -167,36 +173,38 @@ def test_held_reject_settles_call_with_rejection_output():
     decisions = replay(
         [_held([C]), intent("rel", [C, rejected], [U], kind=IntentKind.RELEASE, seq=2)]
     )
-    assert Reason.ACCEPTED == decisions[-1].reason
+    assert decisions[-1].reason == Reason.ACCEPTED
 
 
 def test_held_re_park_takes_the_superset():
     c2 = call("charge-2")
     decisions = replay([_held([C]), _held([C, c2], eid="h2")])
-    assert Reason.ACCEPTED == decisions[-1].reason
+    assert decisions[-1].reason == Reason.ACCEPTED
     conflict = replay([_held([C]), _held([c2], eid="h2")])
-    assert Reason.INTENT_CONFLICT == conflict[-1].reason
+    assert conflict[-1].reason == Reason.INTENT_CONFLICT
 
 
 def test_held_discard_without_tools_is_quiet():
     decisions = replay([_held([C]), intent("x", [C], None, kind=IntentKind.DISCARD)])
-    assert (Reason.ACCEPTED, False) == (decisions[-1].reason, decisions[-1].alert)
+    assert (decisions[-1].reason, decisions[-1].alert) == (Reason.ACCEPTED, False)
 
 
 def test_settle_must_carry_the_held_batch_first():
-    decisions = replay([_held([C]), intent("rel", [O, C], [U], kind=IntentKind.RELEASE, seq=2)])
-    assert (Verdict.REJECTED, Reason.SETTLE_ORDER) == (decisions[-1].verdict, decisions[-1].reason)
+    decisions = replay(
+        [_held([C]), intent("rel", [OUTPUT, C], [U], kind=IntentKind.RELEASE, seq=2)]
+    )
+    assert (decisions[-1].verdict, decisions[-1].reason) == (Verdict.REJECTED, Reason.SETTLE_ORDER)
 
 
 def test_settle_leaving_an_output_without_its_call_is_rejected():
     decisions = replay(
         [_held([C]), intent("rel", [C, out("zzz")], [U], kind=IntentKind.RELEASE, seq=2)]
     )
-    assert Reason.ORPHAN_OUTPUT == decisions[-1].reason
+    assert decisions[-1].reason == Reason.ORPHAN_OUTPUT
 
 
 def test_held_batch_in_session_before_release_is_a_gate_violation():
     decisions = replay([_held([C]), ack("a", AckOutcome.COMMITTED)])
-    assert (Reason.GATE_VIOLATION, True) == (decisions[-1].reason, decisions[-1].alert)
+    assert (decisions[-1].reason, decisions[-1].alert) == (Reason.GATE_VIOLATION, True)
     seen = replay([_held([C]), resume("r", record([C], None, held=True), [U, C], runner="r1")])
-    assert (Verdict.WITHHELD, Reason.GATE_VIOLATION) == (seen[-1].verdict, seen[-1].reason)
+    assert (seen[-1].verdict, seen[-1].reason) == (Verdict.WITHHELD, Reason.GATE_VIOLATION)

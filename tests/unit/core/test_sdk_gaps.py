@@ -14,8 +14,8 @@ from engine.core.events import (
 from engine.core.fold import replay
 from tests.unit.core.builders import ack, call, intent, msg, out, record, repair, resume
 
-U, C, O = msg("charge 7"), call("charge-1"), out("charge-1")
-BEFORE, BATCH = [U, C], [O]
+U, C, OUTPUT = msg("charge 7"), call("charge-1"), out("charge-1")
+BEFORE, BATCH = [U, C], [OUTPUT]
 
 
 def _verdicts(decisions):
@@ -31,10 +31,10 @@ def test_row1_two_copies_of_one_checkpoint():
             resume("b", rec, BEFORE, runner="copy-b", checkpoint="c1", t=100_001),
         ]
     )
-    assert (Verdict.APPEND_ONCE, Reason.UNCHANGED) == _verdicts(decisions)[1]
+    assert _verdicts(decisions)[1] == (Verdict.APPEND_ONCE, Reason.UNCHANGED)
     second = decisions[2]
-    assert (Verdict.WITHHELD, Reason.HELD_BY_OTHER) == (second.verdict, second.reason)
-    assert "copy-a" == second.holder
+    assert (second.verdict, second.reason) == (Verdict.WITHHELD, Reason.HELD_BY_OTHER)
+    assert second.holder == "copy-a"
 
 
 def test_row1_fenced_store_grant_says_store_enforced():
@@ -45,7 +45,7 @@ def test_row1_fenced_store_grant_says_store_enforced():
             resume("a", record(BATCH, BEFORE), BEFORE, binding=fenced),
         ]
     )
-    assert "STORE_ENFORCED" == decisions[-1].fence
+    assert decisions[-1].fence == "STORE_ENFORCED"
 
 
 def test_row2_copies_of_a_checkpoint_without_before_one_after_the_other():
@@ -54,11 +54,11 @@ def test_row2_copies_of_a_checkpoint_without_before_one_after_the_other():
             resume("a", None, [U, C], runner="copy-a", checkpoint="park", seq=0, t=1_000),
             intent("e1", BATCH, BEFORE, runner="copy-a", fence=1, seq=1, t=2_000),
             ack("k", AckOutcome.COMMITTED, runner="copy-a", fence=1, t=3_000),
-            resume("b", None, [U, C, O], runner="copy-b", checkpoint="park", seq=0, t=900_000),
+            resume("b", None, [U, C, OUTPUT], runner="copy-b", checkpoint="park", seq=0, t=900_000),
         ]
     )
-    assert Verdict.CONTINUE == decisions[0].verdict
-    assert (Verdict.WITHHELD, Reason.CHECKPOINT_ALREADY_RESUMED) == _verdicts(decisions)[-1]
+    assert decisions[0].verdict == Verdict.CONTINUE
+    assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.CHECKPOINT_ALREADY_RESUMED)
 
 
 def test_row2_a_copy_of_another_id_after_progress_is_stale():
@@ -69,7 +69,7 @@ def test_row2_a_copy_of_another_id_after_progress_is_stale():
             resume("b", None, [U, C], runner="copy-b", checkpoint="park-copy", seq=0, t=900_000),
         ]
     )
-    assert (Verdict.WITHHELD, Reason.STALE_CHECKPOINT) == _verdicts(decisions)[-1]
+    assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.STALE_CHECKPOINT)
 
 
 def test_row3_older_checkpoint_after_lost_ack_is_stale():
@@ -80,7 +80,7 @@ def test_row3_older_checkpoint_after_lost_ack_is_stale():
             resume("old", None, BEFORE, checkpoint="before-failure", seq=2),
         ]
     )
-    assert (Verdict.WITHHELD, Reason.STALE_CHECKPOINT) == _verdicts(decisions)[-1]
+    assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.STALE_CHECKPOINT)
 
 
 def test_row4_changed_ids_policy_is_a_binding_mismatch():
@@ -88,11 +88,11 @@ def test_row4_changed_ids_policy_is_a_binding_mismatch():
     decisions = replay(
         [intent("e1", BATCH, BEFORE), resume("r", record(BATCH, BEFORE), BEFORE, binding=other)]
     )
-    assert (Verdict.WITHHELD, Reason.BINDING_MISMATCH) == _verdicts(decisions)[-1]
+    assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.BINDING_MISMATCH)
 
 
 def test_row5_store_ack_wins_over_digest_drift():
-    drifted = [U, C, {**O, "status": "completed"}]
+    drifted = [U, C, {**OUTPUT, "status": "completed"}]
     decisions = replay(
         [
             intent("e1", BATCH, BEFORE),
@@ -100,13 +100,13 @@ def test_row5_store_ack_wins_over_digest_drift():
             resume("r", record(BATCH, BEFORE), drifted),
         ]
     )
-    assert (Verdict.CONTINUE, Reason.COMMITTED_BY_STORE) == _verdicts(decisions)[-1]
+    assert _verdicts(decisions)[-1] == (Verdict.CONTINUE, Reason.COMMITTED_BY_STORE)
 
 
 def test_row5_without_store_evidence_drift_is_withheld_not_absent():
-    drifted = [{**U, "status": "completed"}, C, O]
+    drifted = [{**U, "status": "completed"}, C, OUTPUT]
     decisions = replay([intent("e1", BATCH, BEFORE), resume("r", record(BATCH, BEFORE), drifted)])
-    assert Verdict.WITHHELD == decisions[-1].verdict
+    assert decisions[-1].verdict == Verdict.WITHHELD
 
 
 def test_row6_identical_foreign_copy_after_definite_failure():
@@ -117,7 +117,7 @@ def test_row6_identical_foreign_copy_after_definite_failure():
             resume("r", record(BATCH, BEFORE), [*BEFORE, *BATCH]),
         ]
     )
-    assert (Verdict.WITHHELD, Reason.CONTENT_NOT_AUTHORSHIP) == _verdicts(decisions)[-1]
+    assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.CONTENT_NOT_AUTHORSHIP)
     assert decisions[-1].alert
 
 
@@ -129,24 +129,24 @@ def test_row7_tampered_records_are_mismatches():
         record(BATCH, None, held=True),
     ):
         decisions = replay([registered, resume("r", tampered, BEFORE)])
-        assert (Verdict.WITHHELD, Reason.RECORD_MISMATCH) == _verdicts(decisions)[-1]
+        assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.RECORD_MISMATCH)
 
 
 def test_row8_held_discard_after_tools_ran_is_an_alerted_loss():
     decisions = replay(
         [
             intent("h", [C], None, kind=IntentKind.HELD),
-            intent("x", [C, O], None, kind=IntentKind.DISCARD, tools_ran=True),
+            intent("x", [C, OUTPUT], None, kind=IntentKind.DISCARD, tools_ran=True),
         ]
     )
-    assert (Reason.HELD_LOSS, True) == (decisions[-1].reason, decisions[-1].alert)
+    assert (decisions[-1].reason, decisions[-1].alert) == (Reason.HELD_LOSS, True)
 
 
 def test_row8_held_record_dropped_from_checkpoint_is_withheld():
     decisions = replay(
         [intent("h", [C], None, kind=IntentKind.HELD), resume("r", None, [U], runner="r1")]
     )
-    assert (Verdict.WITHHELD, Reason.HELD_NOT_SETTLED) == _verdicts(decisions)[-1]
+    assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.HELD_NOT_SETTLED)
 
 
 def test_row9_partial_evidence_is_remembered_until_repair():
@@ -159,8 +159,8 @@ def test_row9_partial_evidence_is_remembered_until_repair():
             resume("r2", rec, BEFORE, checkpoint="c2", t=900_000),
         ]
     )
-    assert Reason.PARTIAL_COMMIT == decisions[1].reason
-    assert (Verdict.WITHHELD, Reason.SESSION_AMBIGUOUS) == _verdicts(decisions)[-1]
+    assert decisions[1].reason == Reason.PARTIAL_COMMIT
+    assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.SESSION_AMBIGUOUS)
     repaired = replay(
         [
             intent("e1", batch, BEFORE),
@@ -169,9 +169,9 @@ def test_row9_partial_evidence_is_remembered_until_repair():
             resume("r2", rec, BEFORE, checkpoint="c2", t=900_000),
         ]
     )
-    assert Reason.REPAIRED == repaired[2].reason
+    assert repaired[2].reason == Reason.REPAIRED
     assert "ACCEPT_ABSENT" in repaired[2].trail[0].detail
-    assert Verdict.APPEND_ONCE == repaired[-1].verdict
+    assert repaired[-1].verdict == Verdict.APPEND_ONCE
 
 
 def test_row9_partial_store_ack_makes_session_ambiguous():
@@ -183,27 +183,27 @@ def test_row9_partial_store_ack_makes_session_ambiguous():
             resume("r", record(batch, BEFORE), BEFORE),
         ]
     )
-    assert (Verdict.WITHHELD, Reason.SESSION_AMBIGUOUS) == _verdicts(decisions)[-1]
+    assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.SESSION_AMBIGUOUS)
 
 
 def test_row10_every_append_is_an_intent_final_output_included():
     final = {"type": "message", "role": "assistant", "content": "done"}
     decisions = replay(
         [
-            intent("e1", [final], [U, C, O], seq=5),
+            intent("e1", [final], [U, C, OUTPUT], seq=5),
             ack("k", AckOutcome.UNKNOWN),
-            resume("r", record([final], [U, C, O]), [U, C, O, final], seq=5),
+            resume("r", record([final], [U, C, OUTPUT]), [U, C, OUTPUT, final], seq=5),
         ]
     )
-    assert (Verdict.CONTINUE, Reason.COMMITTED) == _verdicts(decisions)[-1]
+    assert _verdicts(decisions)[-1] == (Verdict.CONTINUE, Reason.COMMITTED)
 
 
 def test_row11_call_id_reuse_is_legal():
-    reused = [C, O]
+    reused = [C, OUTPUT]
     decisions = replay(
         [
-            intent("e1", reused, [U, C, O]),
-            resume("r", record(reused, [U, C, O]), [U, C, O]),
+            intent("e1", reused, [U, C, OUTPUT]),
+            resume("r", record(reused, [U, C, OUTPUT]), [U, C, OUTPUT]),
         ]
     )
-    assert (Verdict.APPEND_ONCE, Reason.UNCHANGED) == _verdicts(decisions)[-1]
+    assert _verdicts(decisions)[-1] == (Verdict.APPEND_ONCE, Reason.UNCHANGED)

@@ -12,15 +12,15 @@ from engine.core.fold import fold
 from engine.core.state import SessionState
 from tests.unit.core.builders import ack, call, intent, msg, out, record, resume
 
-U, C, O = msg("charge 7"), call("charge-1"), out("charge-1")
+U, C, OUTPUT = msg("charge 7"), call("charge-1"), out("charge-1")
 
 
 def _idle_state() -> SessionState:
     state = None
     events = [
-        intent("e1", [O], [U, C]),
+        intent("e1", [OUTPUT], [U, C]),
         ack("k1", AckOutcome.UNKNOWN),
-        resume("r", record([O], [U, C]), [U, C, O]),
+        resume("r", record([OUTPUT], [U, C]), [U, C, OUTPUT]),
     ]
     for pos, ev in enumerate(events):
         state = fold(state, ev, pos).state
