@@ -15,7 +15,6 @@ from engine.core.events import (
     Classification,
     Decision,
     Event,
-    IntentKind,
     Reason,
     RepairEvent,
     RepairResolution,
@@ -44,9 +43,7 @@ def worlds(draw: st.DrawFn) -> list[Event]:
     batch = draw(items_st)
     events: list[Event] = [intent("i-1", batch, before, runner="r1", seq=1, t=1_000)]
     if draw(st.booleans()):
-        events.append(
-            intent("i-2", batch[:1], [*before, *batch], intent_id="i2", seq=2, t=2_000)
-        )
+        events.append(intent("i-2", batch[:1], [*before, *batch], intent_id="i2", seq=2, t=2_000))
     for n in range(draw(st.integers(0, 3))):
         events.append(
             ack(
@@ -148,7 +145,7 @@ def test_never_two_holders(events: list[Event]) -> None:
 def test_every_event_leaves_exactly_one_answer(events: list[Event]) -> None:
     for _state, event, decisions in _fold_all(events):
         answers = [x for x in decisions if x.decision_id == event.event_id]
-        assert 1 == len(answers)
+        assert len(answers) == 1
         assert all(x.in_reply_to for x in decisions)
 
 
@@ -208,9 +205,9 @@ def test_order_independence_once_evidence_is_complete(
     # The resume first: deferred until its intent, which arrives last of the evidence.
     acks_first = [e for e in shuffled if e.event_id != "i-1"]
     early = replay([res, *acks_first, evidence[0]])
-    assert Verdict.DEFERRED == early[0].verdict
+    assert early[0].verdict == Verdict.DEFERRED
     assert reference[:3] == _outcome(early)[:3]
 
 
 def test_the_digests_in_worlds_are_distinct() -> None:
-    assert 3 == len(set(d(ALPHABET)))
+    assert len(set(d(ALPHABET))) == 3
