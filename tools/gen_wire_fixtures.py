@@ -38,6 +38,7 @@ from engine.core.events import (
     TrailEntry,
     Verdict,
 )
+from engine.core.state import Health, IntentSlot, ParkedResume, SessionState, SlotStatus
 from engine.wire import POLICY, SHIPPED_SCHEMAS, Codec, DeadLetter, DecodeReason, RecordType
 from engine.wire.codec import UNRECOGNIZED_SYMBOL, WireModel
 from engine.wire.framing import SINGLE_OBJECT_HEADER_SIZE
@@ -63,6 +64,43 @@ BINDING_FULL = Binding(
 CALL = ItemFacts(digest=_digest(1), item_type="function_call", call_id="call_1")
 OUTPUT = ItemFacts(digest=_digest(2), item_type="function_call_output", call_id="call_1")
 MESSAGE = ItemFacts(digest=_digest(3), item_type="message")
+
+
+def _ack_full() -> AckEvent:
+    return AckEvent(
+        event_id="ev-4",
+        session_id="s-1",
+        event_time_ms=T0 + 2,
+        intent_id="in-2",
+        runner_id="runner-a",
+        outcome=AckOutcome.COMMITTED,
+        source=AckSource.STORE,
+        fence_token=41,
+        observed_tail=[_digest(11), _digest(12), _digest(1), _digest(2)],
+        committed_count=2,
+    )
+
+
+def _resume_full() -> ResumeEvent:
+    return ResumeEvent(
+        event_id="ev-6",
+        session_id="s-1",
+        event_time_ms=T0 + 3,
+        runner_id="runner-b",
+        checkpoint_id="ck-2",
+        binding=BINDING_FULL,
+        pending=PendingRecord(
+            intent_id="in-2",
+            items=[CALL, OUTPUT],
+            before=[_digest(11), _digest(12)],
+            persisted_count=2,
+            held=False,
+            append_acknowledged=True,
+        ),
+        observed_tail=[_digest(11), _digest(12), _digest(1), _digest(2)],
+        checkpoint_sequence=7,
+    )
+
 
 SAMPLES: dict[RecordType, dict[str, Callable[[], WireModel]]] = {
     RecordType.INTENT: {
@@ -208,6 +246,38 @@ SAMPLES: dict[RecordType, dict[str, Callable[[], WireModel]]] = {
             reason=DecodeReason.UNKNOWN_SCHEMA,
             detail="schema fingerprint ff00... unknown",
             record_type="ack",
+        ),
+    },
+    RecordType.SESSION_STATE: {
+        "minimal": lambda: SessionState(session_id="s-1"),
+        "full": lambda: SessionState(
+            session_id="s-1",
+            binding=BINDING_FULL,
+            health=Health.AMBIGUOUS,
+            health_reason=Reason.AMBIGUOUS,
+            holder="runner-a",
+            fence_token=41,
+            lease_expires_ms=T0 + 60_000,
+            grant_request_id="ev-0",
+            grant_verdict=Verdict.APPEND_ONCE,
+            granted_checkpoint_id="ck-0",
+            progress_sequence=7,
+            slot=IntentSlot(
+                intent_id="in-2",
+                runner_id="runner-a",
+                sequence=7,
+                held=False,
+                status=SlotStatus.PENDING,
+                before=[_digest(11), _digest(12)],
+                items=[CALL, OUTPUT],
+                persisted_count=2,
+                committed_by_runner=True,
+                partial_seen=True,
+            ),
+            previous_intent_id="in-1",
+            parked_acks=[_ack_full()],
+            parked_resumes=[ParkedResume(resume=_resume_full(), position=99)],
+            recent_event_ids=["ev-1", "ev-2"],
         ),
     },
 }

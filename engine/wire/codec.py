@@ -18,6 +18,7 @@ from fastavro import schemaless_reader, schemaless_writer
 from pydantic import BaseModel, ValidationError
 
 from engine.core.events import AckEvent, Decision, IntentEvent, RepairEvent, ResumeEvent
+from engine.core.state import SessionState
 from engine.wire.dead_letter import DeadLetter
 from engine.wire.errors import DecodeError, DecodeReason, EncodeError, SourcePosition
 from engine.wire.framing import Framing, SingleObjectFraming
@@ -26,7 +27,9 @@ from engine.wire.policy import RecordType
 from engine.wire.schema_store import SHIPPED_SCHEMAS, SchemaStore, ShippedSchema
 from engine.wire.validation import semantic_violation, size_violation
 
-WireModel = IntentEvent | AckEvent | ResumeEvent | RepairEvent | Decision | DeadLetter
+WireModel = (
+    IntentEvent | AckEvent | ResumeEvent | RepairEvent | Decision | DeadLetter | SessionState
+)
 """Every model that has a record on some topic."""
 
 MODEL_OF: Mapping[RecordType, type[WireModel]] = MappingProxyType(
@@ -37,6 +40,7 @@ MODEL_OF: Mapping[RecordType, type[WireModel]] = MappingProxyType(
         RecordType.REPAIR: RepairEvent,
         RecordType.DECISION: Decision,
         RecordType.DEAD_LETTER: DeadLetter,
+        RecordType.SESSION_STATE: SessionState,
     }
 )
 RECORD_TYPE_OF: Mapping[type[BaseModel], RecordType] = MappingProxyType(

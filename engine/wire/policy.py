@@ -33,6 +33,7 @@ class RecordType(StrEnum):
     REPAIR = "repair"
     DECISION = "decision"
     DEAD_LETTER = "dead_letter"
+    SESSION_STATE = "session_state"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,9 @@ POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
         ),
         RecordType.DEAD_LETTER: _policy(
             "DeadLetter", 1, {1: "refused input: raw bytes, source position, reason code"}
+        ),
+        RecordType.SESSION_STATE: _policy(
+            "SessionState", 1, {1: "per-session fold state for the compacted changelog"}
         ),
     }
 )

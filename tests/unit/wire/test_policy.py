@@ -1,0 +1,150 @@
+"""The version policy and the shipped schemas agree, and the schemas mirror the models."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import types
+import typing
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from engine.wire import MODEL_OF, POLICY, SchemaPolicyError, SchemaStore, ShippedSchema
+from engine.wire.codec import UNRECOGNIZED_SYMBOL
+from engine.wire.policy import NAMESPACE, expected_schema_files
+from engine.wire.schema_store import load_shipped_schemas, shipped_schema_root
+
+
+@pytest.fixture
+def schema_copy(tmp_path: Path) -> Path:
+    root = Path(str(shipped_schema_root()))
+    for path in root.glob("*.avsc"):
+        shutil.copy(path, tmp_path / path.name)
+    return tmp_path
+
+
+def test_shipped_folder_holds_exactly_the_policy_files() -> None:
+    root = Path(str(shipped_schema_root()))
+    assert expected_schema_files() == {path.name for path in root.glob("*.avsc")}
+
+
+def test_every_current_version_is_supported_and_has_a_summary() -> None:
+    for policy in POLICY.values():
+        assert policy.current in policy.supported
+        assert all(summary.strip() for summary in policy.supported.values())
+
+
+def test_missing_schema_file_is_refused(schema_copy: Path) -> None:
+    (schema_copy / "ack.v1.avsc").unlink()
+    with pytest.raises(SchemaPolicyError, match=r"missing \['ack.v1.avsc'\]"):
+        load_shipped_schemas(schema_copy)
+
+
+def test_unlisted_schema_file_is_refused(schema_copy: Path) -> None:
+    shutil.copy(schema_copy / "ack.v1.avsc", schema_copy / "ack.v2.avsc")
+    with pytest.raises(SchemaPolicyError, match=r"unlisted \['ack.v2.avsc'\]"):
+        load_shipped_schemas(schema_copy)
+
+
+def test_undocumented_field_is_refused(schema_copy: Path) -> None:
+    path = schema_copy / "repair.v1.avsc"
+    source = json.loads(path.read_text())
+    del source["fields"][0]["doc"]
+    path.write_text(json.dumps(source))
+    with pytest.raises(SchemaPolicyError, match="needs a doc"):
+        load_shipped_schemas(schema_copy)
+
+
+def test_misnamed_record_is_refused(schema_copy: Path) -> None:
+    path = schema_copy / "repair.v1.avsc"
+    source = json.loads(path.read_text())
+    source["name"] = "Repairs"
+    path.write_text(json.dumps(source))
+    with pytest.raises(SchemaPolicyError, match="policy expects io.reconciler.Repair"):
+        load_shipped_schemas(schema_copy)
+
+
+def test_unknown_version_request_lists_supported_versions(schema_copy: Path) -> None:
+    store = load_shipped_schemas(schema_copy)
+    with pytest.raises(SchemaPolicyError, match=r"supported versions are \[1\]"):
+        store.get(next(iter(POLICY)), 99)
+
+
+def _named_types(schema: Any) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    if isinstance(schema, dict):
+        if schema.get("type") in ("record", "enum"):
+            found.append(schema)
+        for value in schema.values():
+            found.extend(_named_types(value))
+    elif isinstance(schema, list):
+        for value in schema:
+            found.extend(_named_types(value))
+    return found
+
+
+def _all_shipped() -> list[ShippedSchema]:
+    store: SchemaStore = load_shipped_schemas()
+    return list(store.by_version.values())
+
+
+@pytest.mark.parametrize("shipped", _all_shipped(), ids=lambda s: s.file_name)
+def test_every_enum_has_the_unrecognized_default(shipped: ShippedSchema) -> None:
+    for enum in [t for t in _named_types(dict(shipped.source)) if t["type"] == "enum"]:
+        assert (UNRECOGNIZED_SYMBOL, UNRECOGNIZED_SYMBOL) == (enum["default"], enum["symbols"][-1])
+
+
+@pytest.mark.parametrize("shipped", _all_shipped(), ids=lambda s: s.file_name)
+def test_every_field_of_every_nested_record_is_documented(shipped: ShippedSchema) -> None:
+    assert NAMESPACE == shipped.source["namespace"]
+    for record in [t for t in _named_types(dict(shipped.source)) if t["type"] == "record"]:
+        assert record.get("doc")
+        assert all(field.get("doc") for field in record["fields"])
+
+
+def _model_of_annotation(annotation: Any) -> list[type]:
+    """The classes inside an annotation such as ``list[ItemFacts] | None``."""
+    if isinstance(annotation, type):
+        return [annotation]
+    found: list[type] = []
+    for arg in typing.get_args(annotation):
+        found.extend(_model_of_annotation(arg))
+    return found
+
+
+def _assert_mirrors(
+    model: type[BaseModel], record: dict[str, Any], where: str, named: dict[str, Any]
+) -> None:
+    fields = {field["name"]: field for field in record["fields"]}
+    assert list(model.model_fields) == list(fields), where
+    for name, info in model.model_fields.items():
+        field = fields[name]
+        avro_type = field["type"]
+        nullable = isinstance(avro_type, list) and "null" in avro_type
+        origin = typing.get_origin(info.annotation)
+        optional = origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(
+            info.annotation
+        )
+        assert optional == nullable, f"{where}.{name}: nullability differs"
+        inner = [t for t in avro_type if t != "null"][0] if nullable else avro_type
+        if isinstance(inner, dict) and isinstance(inner.get("items"), str):
+            inner = {**inner, "items": named.get(inner["items"], inner["items"])}
+        inner = named.get(inner, inner) if isinstance(inner, str) else inner
+        for cls in _model_of_annotation(info.annotation):
+            if issubclass(cls, BaseModel):
+                nested = inner["items"] if inner.get("type") == "array" else inner
+                _assert_mirrors(cls, nested, f"{where}.{name}", named)
+            elif issubclass(cls, StrEnum):
+                symbols = [str(member.value) for member in cls]
+                assert [*symbols, UNRECOGNIZED_SYMBOL] == inner["symbols"], f"{where}.{name}"
+
+
+@pytest.mark.parametrize("record_type", list(MODEL_OF))
+def test_current_schema_mirrors_the_model_field_for_field(record_type: Any) -> None:
+    shipped = load_shipped_schemas().current(record_type)
+    named = {f"{NAMESPACE}.{t['name']}": t for t in _named_types(dict(shipped.source))}
+    _assert_mirrors(MODEL_OF[record_type], dict(shipped.source), record_type.value, named)
