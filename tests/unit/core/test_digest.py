@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from engine.core.digest import canonical_json, item_digest, item_facts, orphan_outputs
@@ -51,12 +53,12 @@ VECTORS = [
 
 
 @pytest.mark.parametrize(("item", "ignore_ids", "canonical", "sha"), VECTORS)
-def test_sdk_vectors(item, ignore_ids, canonical, sha):
+def test_sdk_vectors(item: dict[str, Any], ignore_ids: bool, canonical: str, sha: str) -> None:
     assert canonical == canonical_json(item, ignore_ids=ignore_ids)
     assert sha == item_digest(item, ignore_ids=ignore_ids)
 
 
-def test_internal_metadata_is_stripped_at_top_level_only():
+def test_internal_metadata_is_stripped_at_top_level_only() -> None:
     item = {"role": "user", "content": "charge 7", "created_by": "x", "_agents_tool_title": "t"}
     assert VECTORS[0][3] == item_digest(item, ignore_ids=False)
     nested = {"role": "user", "content": [{"created_by": "x"}]}
@@ -65,7 +67,7 @@ def test_internal_metadata_is_stripped_at_top_level_only():
     )
 
 
-def test_facts_carry_no_content_and_match_sdk():
+def test_facts_carry_no_content_and_match_sdk() -> None:
     from agents.run_internal.items import fingerprint_input_item
 
     facts = item_facts(CALL, ignore_ids=True)
@@ -75,10 +77,11 @@ def test_facts_carry_no_content_and_match_sdk():
     import hashlib
 
     sdk = fingerprint_input_item(CALL, ignore_ids_for_matching=True)
+    assert sdk is not None
     assert hashlib.sha256(sdk.encode()).hexdigest() == facts.digest
 
 
-def test_orphan_outputs():
+def test_orphan_outputs() -> None:
     call = item_facts({"type": "function_call", "call_id": "a"}, ignore_ids=False)
     output = item_facts({"type": "function_call_output", "call_id": "a"}, ignore_ids=False)
     assert orphan_outputs([call, output]) == []

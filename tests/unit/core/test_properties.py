@@ -131,7 +131,8 @@ def test_never_two_holders(events: list[Event]) -> None:
         for decision in decisions:
             if not decision.grants or decision.reason is Reason.REGRANT_DUPLICATE_REQUEST:
                 continue
-            assert decision.holder is not None and decision.fence_token is not None
+            assert decision.holder is not None
+            assert decision.fence_token is not None
             if last is not None:
                 holder, fence, granted_at = last
                 assert decision.fence_token > fence

@@ -10,7 +10,7 @@ import engine.core
 FORBIDDEN = {"confluent_kafka", "time", "random", "socket", "datetime", "os", "uuid"}
 
 
-def test_core_imports_nothing_impure():
+def test_core_imports_nothing_impure() -> None:
     core = Path(engine.core.__file__).parent
     offenders = []
     files = sorted(core.glob("*.py"))

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from engine.core.classify import classify
 from engine.core.events import (
     AckOutcome,
     Classification,
+    Decision,
+    Event,
+    IntentEvent,
     IntentKind,
     Reason,
     Verdict,
@@ -29,7 +34,7 @@ BEFORE = [U, C]
 BATCH = [OUTPUT]
 
 
-def _final(events):
+def _final(events: list[Event]) -> Decision:
     return replay(events)[-1]
 
 
@@ -61,7 +66,13 @@ SCENARIOS = [
 
 
 @pytest.mark.parametrize(("name", "tail", "outcome", "verdict", "reason"), SCENARIOS)
-def test_ordinary_pending_write(name, tail, outcome, verdict, reason):
+def test_ordinary_pending_write(
+    name: str,
+    tail: list[dict[str, Any]],
+    outcome: AckOutcome,
+    verdict: Verdict,
+    reason: Reason,
+) -> None:
     decision = _final(
         [
             intent("e1", BATCH, BEFORE),
@@ -72,7 +83,7 @@ def test_ordinary_pending_write(name, tail, outcome, verdict, reason):
     assert (verdict, reason) == (decision.verdict, decision.reason), name
 
 
-def test_partial_commit_of_two_items_fails_closed():
+def test_partial_commit_of_two_items_fails_closed() -> None:
     batch = [out("a"), out("b")]
     decision = _final(
         [intent("e1", batch, BEFORE), resume("e2", record(batch, BEFORE), [U, C, out("a")])]
@@ -81,7 +92,7 @@ def test_partial_commit_of_two_items_fails_closed():
     assert decision.classification == Classification.PARTIAL
 
 
-def test_other_session_binding_is_withheld():
+def test_other_session_binding_is_withheld() -> None:
     from engine.core.events import Binding
 
     other = Binding(backend_id="mem", namespace="elsewhere")
@@ -91,7 +102,7 @@ def test_other_session_binding_is_withheld():
     assert (decision.verdict, decision.reason) == (Verdict.WITHHELD, Reason.BINDING_MISMATCH)
 
 
-def test_repeated_content_makes_both_rules_true():
+def test_repeated_content_makes_both_rules_true() -> None:
     s = msg("S")
     decision = _final([intent("e1", [s], [s]), resume("e2", record([s], [s]), [s, s])])
     assert (
@@ -100,7 +111,7 @@ def test_repeated_content_makes_both_rules_true():
     ) == (Verdict.WITHHELD, Classification.AMBIGUOUS_BOTH)
 
 
-def test_acknowledged_append_accepts_only_committed():
+def test_acknowledged_append_accepts_only_committed() -> None:
     ok = _final(
         [
             intent("e1", BATCH, BEFORE),
@@ -117,12 +128,12 @@ def test_acknowledged_append_accepts_only_committed():
     assert bad.verdict == Verdict.WITHHELD
 
 
-def test_append_not_started_appends_once():
+def test_append_not_started_appends_once() -> None:
     decision = _final([intent("e1", BATCH, None), resume("e2", record(BATCH, None), BEFORE)])
     assert (decision.verdict, decision.reason) == (Verdict.APPEND_ONCE, Reason.APPEND_NOT_STARTED)
 
 
-def test_conversations_chunk_rule_matches_sdk():
+def test_conversations_chunk_rule_matches_sdk() -> None:
     batch = d([msg(f"m{i}") for i in range(23)])
     before = d([msg("h")])
     chunk = 20
@@ -146,11 +157,13 @@ def test_conversations_chunk_rule_matches_sdk():
 # --- held variant: park / approve / reject / re-park / discard ------------------------------
 
 
-def _held(items, eid="h1", intent_id="i1", seq=1):
+def _held(
+    items: list[dict[str, Any]], eid: str = "h1", intent_id: str = "i1", seq: int = 1
+) -> IntentEvent:
     return intent(eid, items, None, kind=IntentKind.HELD, intent_id=intent_id, seq=seq)
 
 
-def test_held_park_then_resume_rides_then_release_settles():
+def test_held_park_then_resume_rides_then_release_settles() -> None:
     decisions = replay(
         [
             _held([C]),
@@ -168,7 +181,7 @@ def test_held_park_then_resume_rides_then_release_settles():
     assert decisions[1].reason == Reason.HELD_RIDES
 
 
-def test_held_reject_settles_call_with_rejection_output():
+def test_held_reject_settles_call_with_rejection_output() -> None:
     rejected = {"type": "function_call_output", "call_id": "charge-1", "output": "rejected"}
     decisions = replay(
         [_held([C]), intent("rel", [C, rejected], [U], kind=IntentKind.RELEASE, seq=2)]
@@ -176,7 +189,7 @@ def test_held_reject_settles_call_with_rejection_output():
     assert decisions[-1].reason == Reason.ACCEPTED
 
 
-def test_held_re_park_takes_the_superset():
+def test_held_re_park_takes_the_superset() -> None:
     c2 = call("charge-2")
     decisions = replay([_held([C]), _held([C, c2], eid="h2")])
     assert decisions[-1].reason == Reason.ACCEPTED
@@ -184,26 +197,26 @@ def test_held_re_park_takes_the_superset():
     assert conflict[-1].reason == Reason.INTENT_CONFLICT
 
 
-def test_held_discard_without_tools_is_quiet():
+def test_held_discard_without_tools_is_quiet() -> None:
     decisions = replay([_held([C]), intent("x", [C], None, kind=IntentKind.DISCARD)])
     assert (decisions[-1].reason, decisions[-1].alert) == (Reason.ACCEPTED, False)
 
 
-def test_settle_must_carry_the_held_batch_first():
+def test_settle_must_carry_the_held_batch_first() -> None:
     decisions = replay(
         [_held([C]), intent("rel", [OUTPUT, C], [U], kind=IntentKind.RELEASE, seq=2)]
     )
     assert (decisions[-1].verdict, decisions[-1].reason) == (Verdict.REJECTED, Reason.SETTLE_ORDER)
 
 
-def test_settle_leaving_an_output_without_its_call_is_rejected():
+def test_settle_leaving_an_output_without_its_call_is_rejected() -> None:
     decisions = replay(
         [_held([C]), intent("rel", [C, out("zzz")], [U], kind=IntentKind.RELEASE, seq=2)]
     )
     assert decisions[-1].reason == Reason.ORPHAN_OUTPUT
 
 
-def test_held_batch_in_session_before_release_is_a_gate_violation():
+def test_held_batch_in_session_before_release_is_a_gate_violation() -> None:
     decisions = replay([_held([C]), ack("a", AckOutcome.COMMITTED)])
     assert (decisions[-1].reason, decisions[-1].alert) == (Reason.GATE_VIOLATION, True)
     seen = replay([_held([C]), resume("r", record([C], None, held=True), [U, C], runner="r1")])

@@ -6,6 +6,7 @@ from engine.core.events import (
     AckOutcome,
     AckSource,
     Binding,
+    Decision,
     IntentKind,
     Reason,
     RepairResolution,
@@ -18,11 +19,11 @@ U, C, OUTPUT = msg("charge 7"), call("charge-1"), out("charge-1")
 BEFORE, BATCH = [U, C], [OUTPUT]
 
 
-def _verdicts(decisions):
+def _verdicts(decisions: list[Decision]) -> list[tuple[Verdict, Reason]]:
     return [(x.verdict, x.reason) for x in decisions]
 
 
-def test_row1_two_copies_of_one_checkpoint():
+def test_row1_two_copies_of_one_checkpoint() -> None:
     rec = record(BATCH, BEFORE)
     decisions = replay(
         [
@@ -37,7 +38,7 @@ def test_row1_two_copies_of_one_checkpoint():
     assert second.holder == "copy-a"
 
 
-def test_row1_fenced_store_grant_says_store_enforced():
+def test_row1_fenced_store_grant_says_store_enforced() -> None:
     fenced = Binding(backend_id="mem", namespace="tests", store_enforces_fence=True)
     decisions = replay(
         [
@@ -48,7 +49,7 @@ def test_row1_fenced_store_grant_says_store_enforced():
     assert decisions[-1].fence == "STORE_ENFORCED"
 
 
-def test_row2_copies_of_a_checkpoint_without_before_one_after_the_other():
+def test_row2_copies_of_a_checkpoint_without_before_one_after_the_other() -> None:
     decisions = replay(
         [
             resume("a", None, [U, C], runner="copy-a", checkpoint="park", seq=0, t=1_000),
@@ -61,7 +62,7 @@ def test_row2_copies_of_a_checkpoint_without_before_one_after_the_other():
     assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.CHECKPOINT_ALREADY_RESUMED)
 
 
-def test_row2_a_copy_of_another_id_after_progress_is_stale():
+def test_row2_a_copy_of_another_id_after_progress_is_stale() -> None:
     decisions = replay(
         [
             resume("a", None, [U, C], runner="copy-a", checkpoint="park", seq=0, t=1_000),
@@ -72,7 +73,7 @@ def test_row2_a_copy_of_another_id_after_progress_is_stale():
     assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.STALE_CHECKPOINT)
 
 
-def test_row3_older_checkpoint_after_lost_ack_is_stale():
+def test_row3_older_checkpoint_after_lost_ack_is_stale() -> None:
     decisions = replay(
         [
             intent("e1", BATCH, BEFORE, seq=3),
@@ -83,7 +84,7 @@ def test_row3_older_checkpoint_after_lost_ack_is_stale():
     assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.STALE_CHECKPOINT)
 
 
-def test_row4_changed_ids_policy_is_a_binding_mismatch():
+def test_row4_changed_ids_policy_is_a_binding_mismatch() -> None:
     other = Binding(backend_id="mem", namespace="tests", ignore_ids=True)
     decisions = replay(
         [intent("e1", BATCH, BEFORE), resume("r", record(BATCH, BEFORE), BEFORE, binding=other)]
@@ -91,7 +92,7 @@ def test_row4_changed_ids_policy_is_a_binding_mismatch():
     assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.BINDING_MISMATCH)
 
 
-def test_row5_store_ack_wins_over_digest_drift():
+def test_row5_store_ack_wins_over_digest_drift() -> None:
     drifted = [U, C, {**OUTPUT, "status": "completed"}]
     decisions = replay(
         [
@@ -103,13 +104,13 @@ def test_row5_store_ack_wins_over_digest_drift():
     assert _verdicts(decisions)[-1] == (Verdict.CONTINUE, Reason.COMMITTED_BY_STORE)
 
 
-def test_row5_without_store_evidence_drift_is_withheld_not_absent():
+def test_row5_without_store_evidence_drift_is_withheld_not_absent() -> None:
     drifted = [{**U, "status": "completed"}, C, OUTPUT]
     decisions = replay([intent("e1", BATCH, BEFORE), resume("r", record(BATCH, BEFORE), drifted)])
     assert decisions[-1].verdict == Verdict.WITHHELD
 
 
-def test_row6_identical_foreign_copy_after_definite_failure():
+def test_row6_identical_foreign_copy_after_definite_failure() -> None:
     decisions = replay(
         [
             intent("e1", BATCH, BEFORE),
@@ -121,7 +122,7 @@ def test_row6_identical_foreign_copy_after_definite_failure():
     assert decisions[-1].alert
 
 
-def test_row7_tampered_records_are_mismatches():
+def test_row7_tampered_records_are_mismatches() -> None:
     registered = intent("e1", BATCH, BEFORE)
     for tampered in (
         record([out("other")], BEFORE),
@@ -132,7 +133,7 @@ def test_row7_tampered_records_are_mismatches():
         assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.RECORD_MISMATCH)
 
 
-def test_row8_held_discard_after_tools_ran_is_an_alerted_loss():
+def test_row8_held_discard_after_tools_ran_is_an_alerted_loss() -> None:
     decisions = replay(
         [
             intent("h", [C], None, kind=IntentKind.HELD),
@@ -142,14 +143,14 @@ def test_row8_held_discard_after_tools_ran_is_an_alerted_loss():
     assert (decisions[-1].reason, decisions[-1].alert) == (Reason.HELD_LOSS, True)
 
 
-def test_row8_held_record_dropped_from_checkpoint_is_withheld():
+def test_row8_held_record_dropped_from_checkpoint_is_withheld() -> None:
     decisions = replay(
         [intent("h", [C], None, kind=IntentKind.HELD), resume("r", None, [U], runner="r1")]
     )
     assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.HELD_NOT_SETTLED)
 
 
-def test_row9_partial_evidence_is_remembered_until_repair():
+def test_row9_partial_evidence_is_remembered_until_repair() -> None:
     batch = [out("a"), out("b")]
     rec = record(batch, BEFORE)
     decisions = replay(
@@ -174,7 +175,7 @@ def test_row9_partial_evidence_is_remembered_until_repair():
     assert repaired[-1].verdict == Verdict.APPEND_ONCE
 
 
-def test_row9_partial_store_ack_makes_session_ambiguous():
+def test_row9_partial_store_ack_makes_session_ambiguous() -> None:
     batch = [out("a"), out("b")]
     decisions = replay(
         [
@@ -186,7 +187,7 @@ def test_row9_partial_store_ack_makes_session_ambiguous():
     assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.SESSION_AMBIGUOUS)
 
 
-def test_row10_every_append_is_an_intent_final_output_included():
+def test_row10_every_append_is_an_intent_final_output_included() -> None:
     final = {"type": "message", "role": "assistant", "content": "done"}
     decisions = replay(
         [
@@ -198,7 +199,7 @@ def test_row10_every_append_is_an_intent_final_output_included():
     assert _verdicts(decisions)[-1] == (Verdict.CONTINUE, Reason.COMMITTED)
 
 
-def test_row11_call_id_reuse_is_legal():
+def test_row11_call_id_reuse_is_legal() -> None:
     reused = [C, OUTPUT]
     decisions = replay(
         [
