@@ -26,9 +26,9 @@ from engine.core.state import LEASE_MS, Health, SessionState
 from tests.unit.core.builders import ack, d, intent, msg, record, repair, resume
 
 INTERLEAVINGS = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
-ORDERS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+ORDERS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 ALPHABET = [msg(x) for x in "abc"]
 items_st = st.lists(st.sampled_from(ALPHABET), min_size=1, max_size=3)
