@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal, overload
 
 from fastavro import schemaless_reader, schemaless_writer
 from pydantic import BaseModel, ValidationError
@@ -95,6 +95,74 @@ class Codec:
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             raise EncodeError(f"cannot write {schema.file_name}: {exc}") from exc
         return self.framing.header_for(schema) + body.getvalue()
+
+    @overload
+    def decode(
+        self,
+        record_type: Literal[RecordType.INTENT],
+        data: bytes,
+        *,
+        source: SourcePosition | None = None,
+    ) -> IntentEvent: ...
+
+    @overload
+    def decode(
+        self,
+        record_type: Literal[RecordType.ACK],
+        data: bytes,
+        *,
+        source: SourcePosition | None = None,
+    ) -> AckEvent: ...
+
+    @overload
+    def decode(
+        self,
+        record_type: Literal[RecordType.RESUME],
+        data: bytes,
+        *,
+        source: SourcePosition | None = None,
+    ) -> ResumeEvent: ...
+
+    @overload
+    def decode(
+        self,
+        record_type: Literal[RecordType.REPAIR],
+        data: bytes,
+        *,
+        source: SourcePosition | None = None,
+    ) -> RepairEvent: ...
+
+    @overload
+    def decode(
+        self,
+        record_type: Literal[RecordType.DECISION],
+        data: bytes,
+        *,
+        source: SourcePosition | None = None,
+    ) -> Decision: ...
+
+    @overload
+    def decode(
+        self,
+        record_type: Literal[RecordType.DEAD_LETTER],
+        data: bytes,
+        *,
+        source: SourcePosition | None = None,
+    ) -> DeadLetter: ...
+
+    @overload
+    def decode(
+        self,
+        record_type: Literal[RecordType.SESSION_STATE],
+        data: bytes,
+        *,
+        source: SourcePosition | None = None,
+    ) -> SessionState: ...
+
+    @overload
+    def decode(
+        self, record_type: RecordType, data: bytes, *, source: SourcePosition | None = None
+    ) -> WireModel: ...
 
     def decode(
         self,

@@ -88,4 +88,4 @@ def test_generator_reports_no_drift() -> None:
     """Regenerating writes byte-identical files: nothing in the corpus was edited by hand."""
     run = [sys.executable, "-m", "tools.gen_wire_fixtures", "--check"]
     result = subprocess.run(run, cwd=REPO, capture_output=True, text=True, check=False)
-    assert (0, "") == (result.returncode, result.stdout)
+    assert (result.returncode, result.stdout) == (0, "")

@@ -64,7 +64,7 @@ def test_misnamed_record_is_refused(schema_copy: Path) -> None:
     source = json.loads(path.read_text())
     source["name"] = "Repairs"
     path.write_text(json.dumps(source))
-    with pytest.raises(SchemaPolicyError, match="policy expects io.reconciler.Repair"):
+    with pytest.raises(SchemaPolicyError, match=r"policy expects io\.reconciler\.Repair"):
         load_shipped_schemas(schema_copy)
 
 
@@ -95,12 +95,12 @@ def _all_shipped() -> list[ShippedSchema]:
 @pytest.mark.parametrize("shipped", _all_shipped(), ids=lambda s: s.file_name)
 def test_every_enum_has_the_unrecognized_default(shipped: ShippedSchema) -> None:
     for enum in [t for t in _named_types(dict(shipped.source)) if t["type"] == "enum"]:
-        assert (UNRECOGNIZED_SYMBOL, UNRECOGNIZED_SYMBOL) == (enum["default"], enum["symbols"][-1])
+        assert (enum["default"], enum["symbols"][-1]) == (UNRECOGNIZED_SYMBOL, UNRECOGNIZED_SYMBOL)
 
 
 @pytest.mark.parametrize("shipped", _all_shipped(), ids=lambda s: s.file_name)
 def test_every_field_of_every_nested_record_is_documented(shipped: ShippedSchema) -> None:
-    assert NAMESPACE == shipped.source["namespace"]
+    assert shipped.source["namespace"] == NAMESPACE
     for record in [t for t in _named_types(dict(shipped.source)) if t["type"] == "record"]:
         assert record.get("doc")
         assert all(field.get("doc") for field in record["fields"])
@@ -130,7 +130,7 @@ def _assert_mirrors(
             info.annotation
         )
         assert optional == nullable, f"{where}.{name}: nullability differs"
-        inner = [t for t in avro_type if t != "null"][0] if nullable else avro_type
+        inner = next(t for t in avro_type if t != "null") if nullable else avro_type
         if isinstance(inner, dict) and isinstance(inner.get("items"), str):
             inner = {**inner, "items": named.get(inner["items"], inner["items"])}
         inner = named.get(inner, inner) if isinstance(inner, str) else inner
