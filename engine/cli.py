@@ -53,6 +53,37 @@ def _topics_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    import logging
+
+    from engine.runtime.engine import Engine
+    from engine.runtime.metrics import EngineMetrics, serve_health
+    from engine.topics import verify_topics
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = load_settings(
+        args.config,
+        bootstrap_servers=args.bootstrap_servers,
+        topic_prefix=args.topic_prefix,
+        partitions=args.partitions,
+        instance_id=args.instance_id,
+        state_dir=args.state_dir,
+        metrics_port=args.metrics_port,
+    )
+    logging.getLogger("reconciler").info("settings: %s", settings.redacted())
+    verify_topics(settings)
+    metrics = EngineMetrics()
+    server = serve_health(metrics, settings.metrics_port) if settings.metrics_port else None
+    engine = Engine(settings, metrics=metrics)
+    engine.install_signal_handlers()
+    try:
+        engine.run()
+    finally:
+        if server is not None:
+            server.shutdown()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="reconciler",
@@ -68,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
         sub = topic_commands.add_parser(name, help=text)
         _add_common(sub)
         sub.set_defaults(handler=handler)
+    run = commands.add_parser("run", help="run the engine in the foreground until SIGTERM")
+    _add_common(run)
+    run.add_argument("--instance-id", help="stable id of this instance (transactional id)")
+    run.add_argument("--state-dir", type=Path, help="folder of the local state stores")
+    run.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz")
+    run.set_defaults(handler=_run)
     return parser
 
 

@@ -76,6 +76,7 @@ class Settings(BaseModel):
     commit_interval_ms: int = Field(default=200, ge=10, le=60_000)
     commit_max_events: int = Field(default=2_000, ge=1)
     transaction_timeout_ms: int = Field(default=15_000, ge=1_000)
+    session_timeout_ms: int = Field(default=10_000, ge=1_000, le=300_000)
     metrics_port: int = Field(default=9464, ge=0, le=65_535)
     kafka: dict[str, str] = Field(default_factory=dict)
 
@@ -83,9 +84,7 @@ class Settings(BaseModel):
     def topics(self) -> TopicNames:
         return TopicNames(prefix=self.topic_prefix)
 
-    def client_config(
-        self, **overrides: str | int | float | bool
-    ) -> dict[str, str | int | float | bool]:
+    def client_config(self, **overrides: str | int | float | bool) -> dict[str, Any]:
         """A librdkafka configuration: bootstrap servers, pass-through settings, then overrides."""
         config: dict[str, str | int | float | bool] = {"bootstrap.servers": self.bootstrap_servers}
         config.update(self.kafka)

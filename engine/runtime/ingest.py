@@ -1,0 +1,100 @@
+"""Turn one consumed record into a validated event, or into a dead letter that says why.
+
+Beyond the codec's checks, a record must be keyed by its session id and sit in the partition the
+Java murmur2 partitioner gives that key: otherwise the session's records would be split across
+tasks and no task would see all of its evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import Message
+
+from engine.core.events import AckEvent, Event, IntentEvent, RepairEvent, ResumeEvent
+from engine.settings import TopicNames
+from engine.wire import Codec, DeadLetter, DecodeError, DecodeReason, RecordType, SourcePosition
+from engine.wire.partitioner import partition_for
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A record that goes to dead letters: the encoded dead letter and its reason."""
+
+    reason: str
+    payload: bytes
+
+
+class Ingest:
+    def __init__(self, codec: Codec, topics: TopicNames, partitions: int) -> None:
+        self.codec = codec
+        self.partitions = partitions
+        # The intents topic also carries operator repair commands (DESIGN: "may ride here").
+        self.record_types: dict[str, tuple[RecordType, ...]] = {
+            topics.intents: (RecordType.INTENT, RecordType.REPAIR),
+            topics.acks: (RecordType.ACK,),
+            topics.resumes: (RecordType.RESUME,),
+        }
+
+    def accept(self, message: Message) -> Event | Rejected:
+        topic = message.topic() or ""
+        source = SourcePosition(topic, message.partition() or 0, message.offset() or 0)
+        key, value = message.key(), message.value()
+        try:
+            event = self._decode(topic, value or b"", source)
+            self._check_placement(event, key, source)
+        except DecodeError as error:
+            return self._dead_letter(error.at(source), source, key, value, message)
+        return event
+
+    @staticmethod
+    def kind_of(event: Event) -> str:
+        if isinstance(event, IntentEvent):
+            return f"intent_{event.kind.value.lower()}"
+        if isinstance(event, AckEvent):
+            return f"ack_{event.outcome.value.lower()}"
+        if isinstance(event, ResumeEvent):
+            return "resume"
+        return "repair"
+
+    def _decode(self, topic: str, value: bytes, source: SourcePosition) -> Event:
+        kinds = self.record_types[topic]
+        for kind in kinds:
+            try:
+                model = self.codec.decode(kind, value, source=source)
+            except DecodeError as error:
+                if error.reason is DecodeReason.WRONG_RECORD_TYPE and kind is not kinds[-1]:
+                    continue
+                raise
+            if isinstance(model, IntentEvent | AckEvent | ResumeEvent | RepairEvent):
+                return model
+        raise DecodeError(DecodeReason.WRONG_RECORD_TYPE, f"{topic} carries no such record")
+
+    def _check_placement(self, event: Event, key: bytes | None, source: SourcePosition) -> None:
+        if key is None or key != event.session_id.encode():
+            raise DecodeError(
+                DecodeReason.INVALID_FIELDS,
+                f"record key {key!r} is not the session id {event.session_id!r}; "
+                "producers must key every record by its session id",
+            )
+        expected = partition_for(key, self.partitions)
+        if expected != source.partition:
+            raise DecodeError(
+                DecodeReason.INVALID_FIELDS,
+                f"session {event.session_id!r} belongs in partition {expected}, not "
+                f"{source.partition}; producers must use the murmur2 partitioner",
+            )
+
+    def _dead_letter(
+        self,
+        error: DecodeError,
+        source: SourcePosition,
+        key: bytes | None,
+        value: bytes | None,
+        message: Message,
+    ) -> Rejected:
+        _, timestamp = message.timestamp()
+        letter = DeadLetter.from_error(
+            error, source, key=key, value=value, timestamp_ms=timestamp if timestamp > 0 else None
+        )
+        return Rejected(reason=error.reason.value, payload=self.codec.encode(letter))

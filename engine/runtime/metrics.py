@@ -1,0 +1,171 @@
+"""Prometheus metrics and the health endpoints (/metrics, /healthz, /readyz) of one engine.
+
+Each engine owns its registry, so several engines in one test process do not collide.
+Readiness is 1 only while the process holds restored tasks; liveness is the serving thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
+
+from confluent_kafka import Consumer, TopicPartition
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from engine.core.events import Decision, Reason
+from engine.core.state import SessionState
+from engine.runtime.store import LocalStore
+
+LAG_INTERVAL_S = 5.0
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class _HasStore(Protocol):
+    store: LocalStore
+
+
+class EngineMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.events = Counter(
+            "reconciler_events", "Input events folded", ["topic", "kind"], registry=r
+        )
+        self.decisions = Counter(
+            "reconciler_decisions", "Decisions produced", ["verdict", "reason"], registry=r
+        )
+        self.dead_letters = Counter(
+            "reconciler_dead_letters", "Inputs sent to dead letters", ["reason"], registry=r
+        )
+        self.pending_writes = Gauge(
+            "reconciler_pending_writes", "Unresolved pending writes", ["state"], registry=r
+        )
+        self.oldest_pending_age = Gauge(
+            "reconciler_oldest_pending_write_age_seconds",
+            "Wall time since the event time of the oldest unresolved pending write",
+            registry=r,
+        )
+        self.decision_latency = Histogram(
+            "reconciler_decision_latency_seconds",
+            "Event time of the input to the commit of its decision",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.commit_seconds = Histogram(
+            "reconciler_transaction_commit_seconds", "commit_transaction duration", registry=r
+        )
+        self.aborts = Counter(
+            "reconciler_transaction_aborts", "Aborted transactions", ["kind"], registry=r
+        )
+        self.restore_seconds = Histogram(
+            "reconciler_restore_seconds", "State restore time per assignment", registry=r
+        )
+        self.sessions = Gauge("reconciler_sessions", "Sessions in local state", registry=r)
+        self.lag = Gauge(
+            "reconciler_consumer_lag", "Records behind the high watermark", ["topic"], registry=r
+        )
+        self.rebalances = Counter(
+            "reconciler_rebalances", "Rebalance callbacks", ["kind"], registry=r
+        )
+        self.lease_conflicts = Counter(
+            "reconciler_lease_conflicts",
+            "Resumes withheld because another runner holds "
+            "authority or the checkpoint was already resumed",
+            registry=r,
+        )
+        self.gate_violations = Counter(
+            "reconciler_gate_violations",
+            "Held batches seen in the Session before release",
+            registry=r,
+        )
+        self.alerts = Counter(
+            "reconciler_alerts", "Decisions flagged for an operator", ["reason"], registry=r
+        )
+        self.ready = Gauge("reconciler_ready", "1 when restored and processing", registry=r)
+        self.is_ready = False
+        self._last_lag = 0.0
+
+    def set_ready(self, ready: bool) -> None:
+        self.is_ready = ready
+        self.ready.set(1 if ready else 0)
+
+    def observe_fold(
+        self, before: SessionState | None, after: SessionState, decisions: Iterable[Decision]
+    ) -> None:
+        for decision in decisions:
+            self.decisions.labels(verdict=decision.verdict, reason=decision.reason).inc()
+            if decision.reason in (Reason.HELD_BY_OTHER, Reason.CHECKPOINT_ALREADY_RESUMED):
+                self.lease_conflicts.inc()
+            if decision.reason is Reason.GATE_VIOLATION:
+                self.gate_violations.inc()
+            if decision.alert:
+                self.alerts.labels(reason=decision.reason).inc()
+
+    def maybe_observe_lag(
+        self, consumer: Consumer, tasks: Mapping[int, _HasStore], topics: Iterable[str]
+    ) -> None:
+        """Every few seconds: lag per input topic and pending writes from the local stores."""
+        now = time.monotonic()
+        if now - self._last_lag < LAG_INTERVAL_S or not tasks:
+            return
+        self._last_lag = now
+        wanted = [TopicPartition(t, p) for p in tasks for t in topics]
+        lag: dict[str, int] = {}
+        for tp in consumer.position(wanted):
+            _, high = consumer.get_watermark_offsets(tp, cached=True) or (0, 0)
+            if tp.offset >= 0 and high >= 0:
+                lag[tp.topic] = lag.get(tp.topic, 0) + max(0, high - tp.offset)
+        for topic, behind in lag.items():
+            self.lag.labels(topic=topic).set(behind)
+        summary: dict[str, tuple[int, int]] = {}
+        for task in tasks.values():
+            for status, (count, oldest) in task.store.pending_summary().items():
+                prior = summary.get(status, (0, oldest))
+                summary[status] = (prior[0] + count, min(prior[1], oldest))
+        self.pending_writes.clear()
+        for status, (count, _) in summary.items():
+            self.pending_writes.labels(state=status).set(count)
+        oldest_ms = min((oldest for _, oldest in summary.values()), default=None)
+        self.oldest_pending_age.set(
+            0 if oldest_ms is None else max(0.0, time.time() - oldest_ms / 1000)
+        )
+
+
+def serve_health(metrics: EngineMetrics, port: int) -> ThreadingHTTPServer:
+    """Start /metrics, /healthz and /readyz on 0.0.0.0:port in a daemon thread."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/metrics":
+                body, status = generate_latest(metrics.registry), 200
+                content_type = CONTENT_TYPE_LATEST
+            elif self.path == "/healthz":
+                body, status, content_type = b"ok\n", 200, "text/plain"
+            elif self.path == "/readyz":
+                ready = metrics.is_ready
+                body = b"ready\n" if ready else b"restoring or unassigned\n"
+                status, content_type = (200 if ready else 503), "text/plain"
+            else:
+                body, status, content_type = b"not found\n", 404, "text/plain"
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True, name="health").start()
+    return server

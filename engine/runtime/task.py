@@ -1,0 +1,99 @@
+"""One partition task: the sessions of partition p, their write cache and their local store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.core.events import Decision, Event
+from engine.core.fold import fold
+from engine.core.state import UNRESOLVED, SessionState
+from engine.runtime.state_codec import decode_state, encode_state
+from engine.runtime.store import LocalStore, StoreWrite
+
+PENDING_HEADER = "pending"
+"""Changelog header `STATUS:since_ms` of an unresolved pending write, so a restore can fill
+the store's pending columns (metrics) without decoding every state."""
+
+
+def pending_header(write: StoreWrite) -> list[tuple[str, bytes]]:
+    if write.pending_status is None:
+        return []
+    return [(PENDING_HEADER, f"{write.pending_status}:{write.pending_since_ms or 0}".encode())]
+
+
+def parse_pending_header(value: bytes) -> tuple[str, int]:
+    status, _, since = value.decode().partition(":")
+    return status, int(since or 0)
+
+
+@dataclass
+class PartitionTask:
+    """Invariant: `cache` holds exactly the states changed since the last commit (step 6)."""
+
+    partition: int
+    store: LocalStore
+    cache: dict[str, SessionState] = field(default_factory=dict)
+    since: dict[str, int | None] = field(default_factory=dict)
+    changelog_high: int = -1  # highest changelog offset delivered in the open transaction
+    folded: int = 0  # events folded in the open transaction
+    _encoded: list[StoreWrite] = field(default_factory=list)
+
+    def state_of(self, session_id: str) -> SessionState | None:
+        cached = self.cache.get(session_id)
+        if cached is not None:
+            return cached
+        stored = self.store.get(session_id)
+        return decode_state(stored) if stored is not None else None
+
+    def fold(self, event: Event, offset: int) -> tuple[SessionState | None, tuple[Decision, ...]]:
+        """Step 2: fold one event; returns the state before it and the decisions."""
+        before = self.state_of(event.session_id)
+        result = fold(before, event, offset)
+        after = result.state
+        self.cache[event.session_id] = after
+        self.since[event.session_id] = self._pending_since(before, after, event.event_time_ms)
+        self.folded += 1
+        return before, result.decisions
+
+    def _pending_since(
+        self, before: SessionState | None, after: SessionState, at_ms: int
+    ) -> int | None:
+        if after.slot is None or after.slot.status not in UNRESOLVED:
+            return None
+        if (
+            before is not None
+            and before.slot is not None
+            and before.slot.intent_id == after.slot.intent_id
+            and before.slot.status in UNRESOLVED
+        ):
+            sid = after.session_id
+            return self.since[sid] if sid in self.since else self.store.pending_since(sid)
+        return at_ms
+
+    def changelog_records(self) -> list[StoreWrite]:
+        """Step 3: one record per changed session (kept for step 6, encoded once)."""
+        self._encoded = [
+            StoreWrite(
+                sid,
+                encode_state(state),
+                state.slot.status.value if self.since.get(sid) is not None and state.slot else None,
+                self.since.get(sid),
+            )
+            for sid, state in self.cache.items()
+        ]
+        return self._encoded
+
+    def persist(self) -> None:
+        """Step 6: after the commit, the write cache and its changelog offset go to the store."""
+        if self._encoded:
+            offset = max(self.changelog_high, self.store.changelog_offset())
+            self.store.apply(self._encoded, offset)
+        self.discard()
+
+    def discard(self) -> None:
+        """Abort: forget everything not committed; the store still holds the committed state."""
+        self._encoded = []
+        self.cache.clear()
+        self.since.clear()
+        self.changelog_high = -1
+        self.folded = 0

@@ -1,0 +1,223 @@
+"""Run the engine against the real broker, in a thread or as a killable process, and read
+its decisions back with read_committed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+
+from engine.core.events import Decision, Event, IntentEvent, RepairEvent
+from engine.runtime.engine import Engine
+from engine.settings import Settings, load_settings
+from engine.topics import create_topics
+from engine.wire import Codec, DeadLetter, RecordType
+
+CODEC = Codec()
+REPO = Path(__file__).resolve().parents[2]
+
+
+def engine_settings(bootstrap: str, prefix: str, state_dir: Path, **extra: Any) -> Settings:
+    settings = load_settings(
+        environ={},
+        bootstrap_servers=bootstrap,
+        topic_prefix=f"{prefix}.",
+        partitions=3,
+        group_id=f"{prefix}-engine",
+        state_dir=state_dir,
+        commit_interval_ms=100,
+        session_timeout_ms=6_000,
+        transaction_timeout_ms=10_000,
+        metrics_port=0,
+        **extra,
+    )
+    create_topics(settings)
+    return settings
+
+
+@contextmanager
+def engine_thread(settings: Settings) -> Iterator[Engine]:
+    engine = Engine(settings)
+    thread = threading.Thread(target=engine.run, name="engine", daemon=True)
+    thread.start()
+    try:
+        yield engine
+    finally:
+        engine.stop()
+        thread.join(timeout=60)
+        assert not thread.is_alive(), "the engine did not stop within 60 s"
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    env = dict(os.environ)
+    for name in (
+        "bootstrap_servers",
+        "topic_prefix",
+        "partitions",
+        "group_id",
+        "state_dir",
+        "commit_interval_ms",
+        "session_timeout_ms",
+        "transaction_timeout_ms",
+        "instance_id",
+        "metrics_port",
+    ):
+        env[f"RECONCILER_{name.upper()}"] = str(getattr(settings, name))
+    return env
+
+
+@dataclass
+class EngineProcess:
+    """`reconciler run` as a child process that a test can SIGTERM or kill -9."""
+
+    settings: Settings
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> EngineProcess:
+        log = open(self.log_path, "ab")  # noqa: SIM115 (lives as long as the process)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "engine.cli", "run"],
+            env=settings_env(self.settings),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+        return self
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+    def terminate(self, timeout_s: float = 60) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout_s)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def produce(bootstrap: str, settings: Settings, events: Iterable[Event]) -> int:
+    topics = settings.topics
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "partitioner": "murmur2_random",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+        }
+    )
+    count = 0
+    for event in events:
+        if isinstance(event, IntentEvent | RepairEvent):
+            topic = topics.intents
+        elif event.__class__.__name__ == "AckEvent":
+            topic = topics.acks
+        else:
+            topic = topics.resumes
+        producer.produce(topic, key=event.session_id.encode(), value=CODEC.encode(event))
+        count += 1
+        if count % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+    return count
+
+
+def produce_raw(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
+    for key, value in records:
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+
+
+def _text(value: str | bytes | None) -> str:
+    return value.decode() if isinstance(value, bytes) else (value or "")
+
+
+@dataclass(frozen=True)
+class Seen:
+    decision: Decision
+    source: str
+    partition: int
+    offset: int
+
+
+def read_decisions(
+    bootstrap: str, settings: Settings, until: int, timeout_s: float = 60, idle_s: float = 3
+) -> list[Seen]:
+    """Decisions in topic order per partition, read_committed, until `until` arrived and
+    `idle_s` passed without more (so duplicates would show), or `timeout_s`."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{time.time_ns()}",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([settings.topics.decisions])
+    seen: list[Seen] = []
+    deadline = time.monotonic() + timeout_s
+    last_new = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            batch = consumer.consume(1000, timeout=0.3)
+            for message in batch:
+                assert message.error() is None, message.error()
+                decision = CODEC.decode(RecordType.DECISION, message.value() or b"")
+                assert isinstance(decision, Decision)
+                headers = dict(message.headers() or [])
+                seen.append(
+                    Seen(
+                        decision,
+                        _text(headers.get("source")),
+                        message.partition() or 0,
+                        message.offset() or 0,
+                    )
+                )
+            if batch:
+                last_new = time.monotonic()
+            elif len(seen) >= until and time.monotonic() - last_new > idle_s:
+                break
+    finally:
+        consumer.close()
+    return seen
+
+
+def read_dead_letters(
+    bootstrap: str, settings: Settings, until: int, timeout_s: float = 60
+) -> list[DeadLetter]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"dlq-{time.time_ns()}",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([settings.topics.dead_letters])
+    letters: list[DeadLetter] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline and len(letters) < until:
+            for message in consumer.consume(500, timeout=0.3):
+                assert message.error() is None
+                letter = CODEC.decode(RecordType.DEAD_LETTER, message.value() or b"")
+                assert isinstance(letter, DeadLetter)
+                letters.append(letter)
+    finally:
+        consumer.close()
+    return letters
