@@ -37,25 +37,22 @@ def size_violation(record: Any, limits: WireLimits) -> str | None:
         "observed_tail": limits.max_digests_per_tail,
         "trail": limits.max_trail_entries,
     }
-    for path, value in _walk(record, ""):
-        if isinstance(value, str) and len(value) > limits.max_string_length:
-            return f"{path} is {len(value)} characters, limit {limits.max_string_length}"
-        if isinstance(value, list):
-            name = path.rsplit(".", 1)[-1]
+    max_string = limits.max_string_length
+    # Iterative walk (records nest a few levels, lists are long): (field name, value) pairs.
+    stack: list[tuple[str, Any]] = [("record", record)]
+    while stack:
+        name, value = stack.pop()
+        if isinstance(value, str):
+            if len(value) > max_string:
+                return f"a string in {name} is {len(value)} characters, limit {max_string}"
+        elif isinstance(value, dict):
+            stack.extend(value.items())
+        elif isinstance(value, list):
             bound = list_limits.get(name)
             if bound is not None and len(value) > bound:
-                return f"{path} has {len(value)} entries, limit {bound}"
+                return f"{name} has {len(value)} entries, limit {bound}"
+            stack.extend((name, child) for child in value)
     return None
-
-
-def _walk(value: Any, path: str) -> Iterator[tuple[str, Any]]:
-    yield path, value
-    if isinstance(value, dict):
-        for key, child in value.items():
-            yield from _walk(child, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
-        for index, child in enumerate(value):
-            yield from _walk(child, f"{path}[{index}]")
 
 
 def semantic_violation(model: BaseModel) -> str | None:
@@ -86,15 +83,16 @@ def _pending_problem(pending: PendingRecord) -> str | None:
 
 
 def _generic_problems(model: BaseModel) -> Iterator[str]:
+    fields = vars(model)  # plain dict lookups: getattr on a missing name is slow in pydantic
     for name in _NON_EMPTY:
-        value = getattr(model, name, None)
+        value = fields.get(name)
         if isinstance(value, str) and not value.strip():
             yield f"{name} must not be empty"
     for name in _NON_NEGATIVE:
-        value = getattr(model, name, None)
+        value = fields.get(name)
         if isinstance(value, int) and value < 0:
             yield f"{name} must not be negative (got {value})"
-    binding = getattr(model, "binding", None)
+    binding = fields.get("binding")
     if isinstance(binding, Binding):
         if binding.chunk_size is not None and binding.chunk_size <= 0:
             yield "binding.chunk_size must be positive or null"
