@@ -8,6 +8,7 @@ single-object encoding do not need it installed. Subjects follow the RecordNameS
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -61,7 +62,9 @@ class RegistryFraming:
         from confluent_kafka.schema_registry import Schema
 
         subject = POLICY[schema.record_type].full_name
-        registry_schema = Schema(schema.canonical, "AVRO")
+        # The full text, not the canonical form: other registry clients need the docs and the
+        # field defaults for their own schema resolution. Decoding compares canonical forms.
+        registry_schema = Schema(json.dumps(dict(schema.source)), "AVRO")
         try:
             if self._register:
                 return int(self._client.register_schema(subject, registry_schema))

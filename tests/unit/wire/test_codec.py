@@ -108,6 +108,16 @@ def test_confluent_serializer_bytes_decode_with_our_registry_framing() -> None:
     assert codec.decode(RecordType.REPAIR, data) == model
 
 
+def test_registry_holds_the_full_schema_text_with_docs_and_defaults() -> None:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    client = SchemaRegistryClient.new_client({"url": "mock://full-text"})
+    data = Codec(framing=RegistryFraming(SHIPPED_SCHEMAS, client)).encode(_intent())
+    schema_text = client.get_schema(int.from_bytes(data[1:5], "big")).schema_str
+    assert schema_text is not None
+    assert json.loads(schema_text) == dict(SHIPPED_SCHEMAS.current(RecordType.INTENT).source)
+
+
 def test_registry_id_unknown_to_the_registry_is_unknown_schema() -> None:
     codec = Codec(framing=RegistryFraming.from_url(SHIPPED_SCHEMAS, "mock://empty"))
     with pytest.raises(DecodeError) as caught:
