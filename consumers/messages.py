@@ -1,0 +1,125 @@
+"""Pure builders of the events a runner publishes: items in, payload-free events out.
+
+Digests come from `engine.core.digest` (the engine's own helper), never reimplemented here.
+Nothing in this module does I/O or reads a clock: time and ids are arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from engine.core.digest import digests, item_facts
+from engine.core.events import (
+    AckEvent,
+    AckOutcome,
+    AckSource,
+    Binding,
+    IntentEvent,
+    IntentKind,
+    PendingRecord,
+    ResumeEvent,
+)
+
+Item = Mapping[str, Any]
+
+
+def intent_event(
+    *,
+    event_id: str,
+    session_id: str,
+    at_ms: int,
+    intent_id: str,
+    runner_id: str,
+    binding: Binding,
+    items: Sequence[Item],
+    before_tail: Sequence[Item] | None,
+    sequence: int,
+    fence_token: int | None = None,
+    persisted_count: int = 0,
+    kind: IntentKind = IntentKind.REGISTER,
+    tools_ran: bool = False,
+) -> IntentEvent:
+    """An intent for ``items``; ``before_tail`` is the Session tail read right before the append
+    (``len(items) + 1`` items, like the SDK), None when the append has not started."""
+    ignore = binding.ignore_ids
+    return IntentEvent(
+        event_id=event_id,
+        session_id=session_id,
+        event_time_ms=at_ms,
+        kind=kind,
+        intent_id=intent_id,
+        runner_id=runner_id,
+        fence_token=fence_token,
+        binding=binding,
+        before=None if before_tail is None else digests(before_tail, ignore_ids=ignore),
+        items=[item_facts(item, ignore_ids=ignore) for item in items],
+        persisted_count=persisted_count,
+        sequence=sequence,
+        tools_ran=tools_ran,
+    )
+
+
+def ack_event(
+    *,
+    event_id: str,
+    session_id: str,
+    at_ms: int,
+    intent_id: str,
+    runner_id: str,
+    outcome: AckOutcome,
+    fence_token: int | None = None,
+    observed_tail: Sequence[Item] | None = None,
+    ignore_ids: bool = False,
+) -> AckEvent:
+    """The runner's view of its own append (source RUNNER)."""
+    return AckEvent(
+        event_id=event_id,
+        session_id=session_id,
+        event_time_ms=at_ms,
+        intent_id=intent_id,
+        runner_id=runner_id,
+        outcome=outcome,
+        source=AckSource.RUNNER,
+        fence_token=fence_token,
+        observed_tail=None
+        if observed_tail is None
+        else digests(observed_tail, ignore_ids=ignore_ids),
+    )
+
+
+def resume_event(
+    *,
+    request_id: str,
+    session_id: str,
+    at_ms: int,
+    runner_id: str,
+    checkpoint_id: str,
+    binding: Binding,
+    pending: PendingRecord | None,
+    observed_tail: Sequence[Item],
+    checkpoint_sequence: int,
+) -> ResumeEvent:
+    """A resume request; ``observed_tail`` is what the runner just reread from the Session."""
+    return ResumeEvent(
+        event_id=request_id,
+        session_id=session_id,
+        event_time_ms=at_ms,
+        runner_id=runner_id,
+        checkpoint_id=checkpoint_id,
+        binding=binding,
+        pending=pending,
+        observed_tail=digests(observed_tail, ignore_ids=binding.ignore_ids),
+        checkpoint_sequence=checkpoint_sequence,
+    )
+
+
+def tail_limit(pending: PendingRecord | None) -> int:
+    """How many tail items the SDK rereads for this record: ``len(before) + len(items)`` once the
+    append started, ``len(items) + 1`` before that (the first-attempt read), 0 with no record
+    (the engine classifies nothing then)."""
+    if pending is None:
+        return 0
+    if pending.before is None:
+        return len(pending.items) + 1
+    return len(pending.before) + len(pending.items)
