@@ -133,3 +133,14 @@ class StaleFenceError(ReconcilerClientError):
         )
         self.carried = carried
         self.current = current
+
+
+class NotResumedError(ReconcilerClientError):
+    """A restored runner tried to append before the engine granted it authority."""
+
+    def __init__(self, *, session_id: str) -> None:
+        super().__init__(
+            f"session {session_id!r} was restored but not resumed through the reconciler.",
+            "call resume_from_checkpoint (or restore_run_state) and continue only on a grant.",
+            session_id=session_id,
+        )

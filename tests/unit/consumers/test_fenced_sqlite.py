@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from consumers.errors import ReconcilerClientError, StaleFenceError
 from consumers.fenced_sqlite import FencedSQLiteSession
 
-ITEM = {"type": "function_call_output", "call_id": "charge-1", "output": "receipt-7"}
+ITEM: Any = {"type": "function_call_output", "call_id": "charge-1", "output": "receipt-7"}
 
 
 def items_of(session: FencedSQLiteSession) -> list[object]:

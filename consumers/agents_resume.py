@@ -1,0 +1,116 @@
+"""Resume an openai-agents run through the reconciler: ask first, then let the SDK continue.
+
+`resume_from_checkpoint` reads the RunState's ``pending_session_write`` with the SDK's own
+acceptance rules, rereads the Session tail exactly as the SDK will (``len(before) + N`` items),
+asks the engine, and hands the answer to the `ReconciledSession`:
+
+* `ContinueWithoutReplay`: the batch is in the Session; the SDK will classify it committed and
+  not append it again;
+* `AppendOnce`: the batch is absent; the SDK appends it once, under the granted fence (claimed
+  in a fencing store before anything else can write);
+* `Withheld`: stop; `restore_run_state` raises `ContinuationWithheldError` and the wrapper
+  refuses every later append.
+
+Fails closed with `CheckpointError` where the engine cannot be asked truthfully: a held record
+(not reconciled by this helper yet), or a pending write with no registered intent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agents import Agent
+from agents.run_state import RunState
+
+from consumers.agents_session import ReconciledSession
+from consumers.checkpoint import Checkpoint
+from consumers.errors import CheckpointError, ContinuationWithheldError
+from consumers.messages import tail_limit
+from consumers.outcomes import ResumeOutcome, Withheld
+from engine.core.events import PendingRecord
+from engine.wire import DecodeError, pending_record, read_pending_session_write
+
+
+def pending_of(checkpoint: Checkpoint, *, ignore_ids: bool) -> PendingRecord | None:
+    """The payload-free pending record of the checkpoint, or `CheckpointError`."""
+
+    def refuse(detail: str) -> CheckpointError:
+        return CheckpointError(
+            detail, session_id=checkpoint.session_id, checkpoint_id=checkpoint.checkpoint_id
+        )
+
+    try:
+        write = read_pending_session_write(checkpoint.run_state)
+    except DecodeError as exc:
+        raise refuse(exc.message) from exc
+    if write is None:
+        return None
+    if write.session_id != checkpoint.session_id:
+        raise refuse(f"its pending write names session {write.session_id!r}")
+    if write.held:
+        raise refuse("held pending writes are not reconciled by this helper yet")
+    if checkpoint.pending_intent_id is None:
+        raise refuse("its pending write was never registered with the reconciler")
+    try:
+        record = pending_record(
+            write, intent_id=checkpoint.pending_intent_id, ignore_ids=ignore_ids
+        )
+    except DecodeError as exc:
+        raise refuse(exc.message) from exc
+    # The wrapper registers intents at add_items time, when the SDK's persisted count is not
+    # visible; both sides send 0 (the SDK restores its own counter on settle).
+    return record.model_copy(update={"persisted_count": 0})
+
+
+async def resume_from_checkpoint(
+    session: ReconciledSession, checkpoint: Checkpoint, *, timeout_s: float = 15.0
+) -> ResumeOutcome:
+    """Ask the engine whether ``checkpoint`` may continue on ``session``; adopt the answer."""
+    if checkpoint.session_id != session.session_id:
+        raise CheckpointError(
+            f"it belongs to session {checkpoint.session_id!r}, not {session.session_id!r}",
+            session_id=session.session_id,
+            checkpoint_id=checkpoint.checkpoint_id,
+        )
+    pending = pending_of(checkpoint, ignore_ids=session.binding.ignore_ids)
+    limit = tail_limit(pending)
+    tail = await session.inner.get_items(limit=limit) if limit else []
+    outcome = await asyncio.to_thread(
+        lambda: session.client.resume(
+            session_id=session.session_id,
+            binding=session.binding,
+            checkpoint_id=checkpoint.checkpoint_id,
+            checkpoint_sequence=checkpoint.sequence,
+            pending=pending,
+            observed_tail=tail,
+            timeout_s=timeout_s,
+        )
+    )
+    await asyncio.to_thread(session.adopt, outcome, checkpoint)
+    return outcome
+
+
+async def restore_run_state(
+    agent: Agent[Any],
+    checkpoint: Checkpoint,
+    session: ReconciledSession,
+    *,
+    timeout_s: float = 15.0,
+) -> tuple[RunState[Any, Any], ResumeOutcome]:
+    """The RunState to pass to ``Runner.run(agent, state, session=session)``, if granted.
+
+    Raises `ContinuationWithheldError` when withheld, `ResumeTimeoutError` when the engine did
+    not answer: in both cases the run must not continue.
+    """
+    outcome = await resume_from_checkpoint(session, checkpoint, timeout_s=timeout_s)
+    if isinstance(outcome, Withheld):
+        raise ContinuationWithheldError(
+            session_id=session.session_id,
+            request_id=outcome.decision.in_reply_to,
+            reason=outcome.reason,
+            holder=outcome.holder,
+            operator_action=outcome.operator_action,
+        )
+    state = await RunState.from_json(agent, checkpoint.run_state)
+    return state, outcome

@@ -1,0 +1,203 @@
+"""openai-agents integration: a Session wrapper that makes every append reconcilable.
+
+`ReconciledSession` wraps any SDK `Session`. Each ``add_items`` call:
+
+1. reads the tail the SDK just read (``len(items) + 1`` items) and publishes a REGISTER intent
+   with those ``before`` digests, waiting until it is durable (acks=all): the engine knows the
+   write before the Session is touched, even if the process dies before the app saves a
+   checkpoint;
+2. appends through the wrapped Session;
+3. publishes the acknowledgement: COMMITTED after success, UNKNOWN when the append raised
+   (the outcome is hidden), NOT_WRITTEN when the fenced store refused it (nothing was written).
+
+After a restore, `consumers.agents_resume.resume_from_checkpoint` asks the engine and calls
+`adopt`: a grant hands this wrapper the fence token (claimed in a fencing store at once); a
+withholding makes every later append raise `ContinuationWithheldError` before anything is sent.
+
+Not covered: ``pop_item`` and ``clear_session`` pass through without intents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from agents.items import TResponseInputItem
+from agents.memory.session import Session, SessionABC
+
+from consumers.checkpoint import Checkpoint
+from consumers.client import ReconcilerClient
+from consumers.errors import (
+    ContinuationWithheldError,
+    NotResumedError,
+    PublishError,
+    StaleFenceError,
+)
+from consumers.outcomes import AppendOnce, ResumeOutcome, Withheld
+from engine.core.digest import digests
+from engine.core.events import AckOutcome, Binding
+from engine.wire.sdk_checkpoint import PENDING_WRITE_KEY
+
+if TYPE_CHECKING:
+    from agents.run_state import RunState
+
+log = logging.getLogger(__name__)
+
+
+class ReconciledSession(SessionABC):
+    """An SDK Session whose appends are registered with the reconciler before they happen."""
+
+    def __init__(
+        self,
+        inner: Session,
+        client: ReconcilerClient,
+        *,
+        backend_id: str,
+        namespace: str = "default",
+        ignore_ids: bool | None = None,
+        restored: bool = False,
+    ) -> None:
+        """``restored=True`` for a runner built from a checkpoint: it may not append until a
+        resume through the reconciler granted it authority."""
+        self.inner = inner
+        self.client = client
+        self.session_id = inner.session_id
+        self.session_settings = inner.session_settings
+        ignore = (
+            bool(getattr(inner, "_ignore_ids_for_matching", False))
+            if ignore_ids is None
+            else ignore_ids
+        )
+        # Read by the SDK (same attribute name) so its digests and ours use one ids policy.
+        self._ignore_ids_for_matching = ignore
+        self.binding = Binding(
+            backend_id=backend_id,
+            namespace=namespace,
+            ignore_ids=ignore,
+            store_enforces_fence=bool(getattr(inner, "store_enforces_fence", False)),
+        )
+        self.sequence = -1
+        self.fence_token: int | None = None
+        self.open_intent_id: str | None = None
+        self._granted_append: tuple[str, list[str]] | None = None
+        self._withheld: Withheld | None = None
+        self._awaiting_grant = restored
+        self.appends = 0
+
+    # --- the Session protocol ------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        return await self.inner.get_items(limit)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        if not items:
+            await self.inner.add_items(items)
+            return
+        self._require_authority()
+        batch = list(items)
+        tail = await self.inner.get_items(limit=len(batch) + 1)
+        batch_digests = digests(batch, ignore_ids=self.binding.ignore_ids)
+        # The SDK appending a granted batch re-arms the granted intent instead of a new one.
+        reuse = None
+        if self._granted_append is not None and self._granted_append[1] == batch_digests:
+            reuse = self._granted_append[0]
+        self._granted_append = None
+        sequence = self.sequence + 1
+        intent_id = await asyncio.to_thread(
+            lambda: self.client.register_intent(
+                session_id=self.session_id,
+                binding=self.binding,
+                items=batch,
+                before_tail=tail,
+                sequence=sequence,
+                fence_token=self.fence_token,
+                intent_id=reuse,
+            )
+        )
+        self.sequence = sequence
+        self.open_intent_id = intent_id
+        try:
+            await self.inner.add_items(items)
+        except StaleFenceError:
+            await self._ack(intent_id, AckOutcome.NOT_WRITTEN)
+            raise
+        except BaseException:
+            await self._ack(intent_id, AckOutcome.UNKNOWN)
+            raise
+        self.appends += 1
+        await self._ack(intent_id, AckOutcome.COMMITTED)
+        self.open_intent_id = None
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        return await self.inner.pop_item()
+
+    async def clear_session(self) -> None:
+        await self.inner.clear_session()
+
+    # --- reconciler side -----------------------------------------------------------------
+
+    async def _ack(self, intent_id: str, outcome: AckOutcome) -> None:
+        try:
+            await asyncio.to_thread(
+                lambda: self.client.acknowledge(
+                    session_id=self.session_id,
+                    intent_id=intent_id,
+                    outcome=outcome,
+                    fence_token=self.fence_token,
+                    ignore_ids=self.binding.ignore_ids,
+                )
+            )
+        except PublishError:
+            # The intent is durable; without the ack the engine classifies from the tail on the
+            # next resume, which is the lost-ack case it handles. Failing the append here would
+            # misreport a write that landed.
+            log.warning("ack %s for intent %s not delivered", outcome.value, intent_id)
+
+    def _require_authority(self) -> None:
+        if self._awaiting_grant:
+            raise NotResumedError(session_id=self.session_id)
+        if self._withheld is not None:
+            decision = self._withheld.decision
+            raise ContinuationWithheldError(
+                session_id=self.session_id,
+                request_id=decision.in_reply_to,
+                reason=self._withheld.reason,
+                holder=self._withheld.holder,
+                operator_action=self._withheld.operator_action,
+            )
+
+    def checkpoint(self, state: RunState[Any, Any]) -> Checkpoint:
+        """The envelope to store for ``state`` (instead of ``state.to_json()`` alone)."""
+        run_state = state.to_json()
+        pending = self.open_intent_id if run_state.get(PENDING_WRITE_KEY) is not None else None
+        return Checkpoint(
+            checkpoint_id=uuid.uuid4().hex,
+            session_id=self.session_id,
+            sequence=self.sequence,
+            pending_intent_id=pending,
+            run_state=run_state,
+        )
+
+    def adopt(self, outcome: ResumeOutcome, checkpoint: Checkpoint) -> None:
+        """Take on the engine's answer to a resume of ``checkpoint`` (blocking: SQLite I/O)."""
+        if isinstance(outcome, Withheld):
+            self._withheld = outcome
+            return
+        self._withheld = None
+        self._awaiting_grant = False
+        self.sequence = max(self.sequence, checkpoint.sequence)
+        self.open_intent_id = checkpoint.pending_intent_id
+        token = outcome.fence_token
+        if token is not None:
+            self.fence_token = token
+            claim = getattr(self.inner, "claim_fence", None)
+            if callable(claim):
+                claim(token)
+        if isinstance(outcome, AppendOnce) and checkpoint.pending_intent_id is not None:
+            write = checkpoint.run_state[PENDING_WRITE_KEY]
+            self._granted_append = (
+                checkpoint.pending_intent_id,
+                digests(write["items"], ignore_ids=self.binding.ignore_ids),
+            )

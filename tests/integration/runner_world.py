@@ -1,0 +1,169 @@
+"""Shared pieces of the runner-side integration tests: one engine per module, clients with a
+shiftable clock, a faulty fenced SQLite store, and the approval-gated agent."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents import Agent, Runner, function_tool
+from agents.items import TResponseInputItem
+from agents.testing import ScriptedModel
+from agents.testing.model import assistant_message, function_call
+
+from consumers.agents_session import ReconciledSession
+from consumers.checkpoint import Checkpoint
+from consumers.client import ReconcilerClient, wall_clock_ms
+from consumers.fenced_sqlite import FencedSQLiteSession
+from engine.core.state import LEASE_MS
+from engine.settings import Settings
+from tests.integration.engine_harness import engine_settings, engine_thread
+
+AFTER_LEASE_MS = LEASE_MS + 1_000
+"""A restored runner starts after the crashed runner's lease lapsed (its clock is shifted)."""
+
+
+class FaultySession(FencedSQLiteSession):
+    """The fenced store with one injectable fault on the next append."""
+
+    fault: str | None = None  # before | after | partial
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        fault, self.fault = self.fault, None
+        if fault == "before":
+            raise RuntimeError("store unavailable: nothing written")
+        if fault == "partial":
+            await super().add_items(items[:1])
+            raise RuntimeError("connection dropped after the first item")
+        await super().add_items(items)
+        if fault == "after":
+            raise RuntimeError("acknowledgement lost after commit")
+
+
+@dataclass
+class World:
+    bootstrap: str
+    settings: Settings
+    tmp: Path
+    clients: list[ReconcilerClient] = field(default_factory=list)
+
+    def client(self, runner_id: str, *, shift_ms: int = 0) -> ReconcilerClient:
+        client = ReconcilerClient(
+            self.bootstrap,
+            runner_id=runner_id,
+            topic_prefix=self.settings.topic_prefix,
+            clock=lambda: wall_clock_ms() + shift_ms,
+        )
+        self.clients.append(client)
+        return client
+
+    def session(
+        self,
+        sid: str,
+        client: ReconcilerClient,
+        *,
+        restored: bool = False,
+        ignore_ids: bool | None = None,
+    ) -> ReconciledSession:
+        store = FaultySession(sid, self.tmp / f"{sid}.db")
+        return ReconciledSession(
+            store,
+            client,
+            backend_id="sqlite",
+            namespace="runner-tests",
+            restored=restored,
+            ignore_ids=ignore_ids,
+        )
+
+
+@contextmanager
+def running_world(bootstrap: str, tmp: Path) -> Iterator[World]:
+    prefix = f"rt-{uuid.uuid4().hex[:8]}"
+    settings = engine_settings(bootstrap, prefix, tmp / "state")
+    world = World(bootstrap, settings, tmp)
+    with engine_thread(settings):
+        try:
+            yield world
+        finally:
+            for client in world.clients:
+                client.close()
+
+
+@dataclass
+class Effects:
+    """The outside world a tool touches: each charge is one side effect."""
+
+    charges: list[int] = field(default_factory=list)
+
+
+def make_agent(effects: Effects, steps: list[Any]) -> Agent[Any]:
+    @function_tool(needs_approval=True)
+    def charge(amount: int) -> str:
+        """Charge the customer."""
+        effects.charges.append(amount)
+        return f"receipt-{amount}"
+
+    return Agent(name="billing", model=ScriptedModel(steps), tools=[charge])
+
+
+def first_steps(*amounts: int) -> list[Any]:
+    calls = [function_call("charge", {"amount": a}, call_id=f"charge-{a}") for a in amounts]
+    return [calls, [assistant_message("done")]]
+
+
+def resumed_steps() -> list[Any]:
+    return [[assistant_message("done")]]
+
+
+async def park_for_approval(
+    session: ReconciledSession, effects: Effects, *amounts: int
+) -> tuple[Agent[Any], Any]:
+    """A fresh run up to the approval park; returns the agent and the approved RunState."""
+    agent = make_agent(effects, first_steps(*amounts))
+    result = await Runner.run(agent, f"charge {amounts}", session=session)
+    state = result.to_state()
+    for interruption in result.interruptions:
+        state.approve(interruption)
+    return agent, state
+
+
+async def crash_on_resumed_append(
+    session: ReconciledSession, agent: Agent[Any], state: Any, fault: str
+) -> Checkpoint:
+    """Resume the approved run, fail its append with ``fault``, checkpoint like an app would."""
+    store = session.inner
+    assert isinstance(store, FaultySession)
+    store.fault = fault
+    try:
+        await Runner.run(agent, state, session=session)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the fault did not fire")
+    # What the application stores, round-tripped through text like a real checkpoint store.
+    return Checkpoint.from_json(session.checkpoint(state).to_json())
+
+
+async def history(sid: str, tmp: Path) -> list[dict[str, Any]]:
+    plain = FencedSQLiteSession(sid, tmp / f"{sid}.db")
+    try:
+        return [json.loads(json.dumps(i)) for i in await plain.get_items()]
+    finally:
+        plain.close()
+
+
+def kinds(items: list[dict[str, Any]]) -> list[str]:
+    return [f"{i.get('type', 'message')}:{i.get('call_id', i.get('role', ''))}" for i in items]
+
+
+def assert_pairs_once(items: list[dict[str, Any]]) -> None:
+    """Every call once, its output once, after it: no duplicate and no lost history."""
+    calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
+    outputs = [i["call_id"] for i in items if i.get("type") == "function_call_output"]
+    assert sorted(calls) == sorted(set(calls)), f"duplicated call: {kinds(items)}"
+    assert sorted(outputs) == sorted(calls), f"lost or duplicated output: {kinds(items)}"
