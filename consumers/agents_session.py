@@ -28,7 +28,7 @@ from agents.items import TResponseInputItem
 from agents.memory.session import Session, SessionABC
 
 from consumers.checkpoint import Checkpoint
-from consumers.client import ReconcilerClient
+from consumers.client import ReconcilerApi
 from consumers.errors import (
     ContinuationWithheldError,
     NotResumedError,
@@ -52,7 +52,7 @@ class ReconciledSession(SessionABC):
     def __init__(
         self,
         inner: Session,
-        client: ReconcilerClient,
+        client: ReconcilerApi,
         *,
         backend_id: str,
         namespace: str = "default",
@@ -156,8 +156,6 @@ class ReconciledSession(SessionABC):
             log.warning("ack %s for intent %s not delivered", outcome.value, intent_id)
 
     def _require_authority(self) -> None:
-        if self._awaiting_grant:
-            raise NotResumedError(session_id=self.session_id)
         if self._withheld is not None:
             decision = self._withheld.decision
             raise ContinuationWithheldError(
@@ -167,6 +165,8 @@ class ReconciledSession(SessionABC):
                 holder=self._withheld.holder,
                 operator_action=self._withheld.operator_action,
             )
+        if self._awaiting_grant:
+            raise NotResumedError(session_id=self.session_id)
 
     def checkpoint(self, state: RunState[Any, Any]) -> Checkpoint:
         """The envelope to store for ``state`` (instead of ``state.to_json()`` alone)."""

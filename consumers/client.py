@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, Producer, TopicPartition
 
@@ -52,6 +52,51 @@ def wall_clock_ms() -> int:
 
 def new_id() -> str:
     return uuid.uuid4().hex
+
+
+class ReconcilerApi(Protocol):
+    """What the SDK integration needs from a client (`ReconcilerClient` over Kafka; tests may
+    supply an in-process one that folds the events with the engine's pure core)."""
+
+    runner_id: str
+
+    def register_intent(
+        self,
+        *,
+        session_id: str,
+        binding: Binding,
+        items: Sequence[Mapping[str, Any]],
+        before_tail: Sequence[Mapping[str, Any]] | None,
+        sequence: int,
+        fence_token: int | None = None,
+        intent_id: str | None = None,
+        kind: IntentKind = IntentKind.REGISTER,
+        persisted_count: int = 0,
+    ) -> str: ...
+
+    def acknowledge(
+        self,
+        *,
+        session_id: str,
+        intent_id: str,
+        outcome: AckOutcome,
+        fence_token: int | None = None,
+        ignore_ids: bool = False,
+        observed_tail: Sequence[Mapping[str, Any]] | None = None,
+    ) -> None: ...
+
+    def resume(
+        self,
+        *,
+        session_id: str,
+        binding: Binding,
+        checkpoint_id: str,
+        checkpoint_sequence: int,
+        pending: PendingRecord | None,
+        observed_tail: Sequence[Mapping[str, Any]],
+        timeout_s: float = 15.0,
+        request_id: str | None = None,
+    ) -> ResumeOutcome: ...
 
 
 class ReconcilerClient:

@@ -18,13 +18,8 @@ from consumers.errors import NotResumedError, ReconcilerClientError, ResumeTimeo
 from consumers.outcomes import ContinueWithoutReplay, ResumeOutcome, Withheld
 from engine.core.digest import item_facts
 from engine.core.events import AckOutcome, Binding, PendingRecord, Reason
-from tests.integration.engine_harness import engine_settings
-from tests.integration.runner_world import (
-    Effects,
-    World,
-    park_for_approval,
-    running_world,
-)
+from tests.integration.test_runner_sdk import running_world
+from tests.unit.consumers.sdk_world import Effects, World, park_for_approval
 
 pytestmark = pytest.mark.kafka
 
@@ -127,10 +122,8 @@ def test_engine_down_resume_times_out_and_the_runner_does_not_continue(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     # Topics exist, no engine consumes them: nobody will ever answer.
-    settings = engine_settings(kafka_bootstrap, f"down-{uuid.uuid4().hex[:6]}", tmp_path / "st")
-    world = World(kafka_bootstrap, settings, tmp_path)
     sid = "down-1"
-    try:
+    with running_world(kafka_bootstrap, tmp_path, with_engine=False) as world:
         fresh = world.session(sid, world.client("runner-1"))
         effects = Effects()
         agent, state = asyncio.run(park_for_approval(fresh, effects, 7))
@@ -148,9 +141,6 @@ def test_engine_down_resume_times_out_and_the_runner_does_not_continue(
         with pytest.raises(NotResumedError):
             asyncio.run(restored.add_items([USER]))  # type: ignore[list-item]
         assert effects.charges == []
-    finally:
-        for client in world.clients:
-            client.close()
 
 
 def test_unreachable_brokers_fail_the_intent_before_the_session_is_touched() -> None:

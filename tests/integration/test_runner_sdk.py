@@ -12,6 +12,8 @@ import asyncio
 import copy
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,11 +22,13 @@ from agents.run_state import RunState
 
 from consumers.agents_resume import restore_run_state, resume_from_checkpoint
 from consumers.checkpoint import Checkpoint
+from consumers.client import Clock, ReconcilerClient
 from consumers.errors import ContinuationWithheldError, StaleFenceError
 from consumers.fenced_sqlite import FencedSQLiteSession
 from consumers.outcomes import AppendOnce, ContinueWithoutReplay, Withheld
 from engine.core.events import Reason
-from tests.integration.runner_world import (
+from tests.integration.engine_harness import engine_settings, engine_thread
+from tests.unit.consumers.sdk_world import (
     AFTER_LEASE_MS,
     Effects,
     World,
@@ -35,10 +39,29 @@ from tests.integration.runner_world import (
     make_agent,
     park_for_approval,
     resumed_steps,
-    running_world,
 )
 
 pytestmark = pytest.mark.kafka
+
+
+@contextmanager
+def running_world(bootstrap: str, tmp: Path, *, with_engine: bool = True) -> Iterator[World]:
+    """Topics with a fresh prefix, the engine in a thread, and Kafka clients."""
+    settings = engine_settings(bootstrap, f"rt-{uuid.uuid4().hex[:8]}", tmp / "state")
+
+    def make_client(runner_id: str, clock: Clock) -> ReconcilerClient:
+        return ReconcilerClient(
+            bootstrap, runner_id=runner_id, topic_prefix=settings.topic_prefix, clock=clock
+        )
+
+    world = World(make_client, tmp)
+    with engine_thread(settings) if with_engine else nullcontext():
+        try:
+            yield world
+        finally:
+            for client in world.clients:
+                assert isinstance(client, ReconcilerClient)
+                client.close()
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +124,7 @@ def test_partial_commit_is_withheld_and_history_is_left_alone(world: World) -> N
         before = await history(sid, world.tmp)
         with pytest.raises(ContinuationWithheldError) as caught:
             await restore_and_finish(world, sid, checkpoint, effects)
-        assert caught.value.reason is Reason.AMBIGUOUS
+        assert caught.value.reason is Reason.PARTIAL_COMMIT
         assert caught.value.operator_action
         assert await history(sid, world.tmp) == before
         assert effects.charges == [7, 8]

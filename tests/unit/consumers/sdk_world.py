@@ -1,12 +1,10 @@
-"""Shared pieces of the runner-side integration tests: one engine per module, clients with a
-shiftable clock, a faulty fenced SQLite store, and the approval-gated agent."""
+"""Shared pieces of the runner-side SDK tests: a world that hands out clients (over Kafka, or
+folding in-process), a faulty fenced SQLite store, and the approval-gated agent."""
 
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,11 +16,10 @@ from agents.testing.model import assistant_message, function_call
 
 from consumers.agents_session import ReconciledSession
 from consumers.checkpoint import Checkpoint
-from consumers.client import ReconcilerClient, wall_clock_ms
+from consumers.client import Clock, ReconcilerApi, wall_clock_ms
 from consumers.fenced_sqlite import FencedSQLiteSession
 from engine.core.state import LEASE_MS
-from engine.settings import Settings
-from tests.integration.engine_harness import engine_settings, engine_thread
+from tests.unit.consumers.fold_client import FoldClient, FoldEngine
 
 AFTER_LEASE_MS = LEASE_MS + 1_000
 """A restored runner starts after the crashed runner's lease lapsed (its clock is shifted)."""
@@ -45,27 +42,26 @@ class FaultySession(FencedSQLiteSession):
             raise RuntimeError("acknowledgement lost after commit")
 
 
+ClientFactory = Callable[[str, Clock], ReconcilerApi]
+
+
 @dataclass
 class World:
-    bootstrap: str
-    settings: Settings
-    tmp: Path
-    clients: list[ReconcilerClient] = field(default_factory=list)
+    """Hands out runner clients and stores; ``make_client`` decides where events go."""
 
-    def client(self, runner_id: str, *, shift_ms: int = 0) -> ReconcilerClient:
-        client = ReconcilerClient(
-            self.bootstrap,
-            runner_id=runner_id,
-            topic_prefix=self.settings.topic_prefix,
-            clock=lambda: wall_clock_ms() + shift_ms,
-        )
+    make_client: ClientFactory
+    tmp: Path
+    clients: list[ReconcilerApi] = field(default_factory=list)
+
+    def client(self, runner_id: str, *, shift_ms: int = 0) -> ReconcilerApi:
+        client = self.make_client(runner_id, lambda: wall_clock_ms() + shift_ms)
         self.clients.append(client)
         return client
 
     def session(
         self,
         sid: str,
-        client: ReconcilerClient,
+        client: ReconcilerApi,
         *,
         restored: bool = False,
         ignore_ids: bool | None = None,
@@ -81,17 +77,10 @@ class World:
         )
 
 
-@contextmanager
-def running_world(bootstrap: str, tmp: Path) -> Iterator[World]:
-    prefix = f"rt-{uuid.uuid4().hex[:8]}"
-    settings = engine_settings(bootstrap, prefix, tmp / "state")
-    world = World(bootstrap, settings, tmp)
-    with engine_thread(settings):
-        try:
-            yield world
-        finally:
-            for client in world.clients:
-                client.close()
+def fold_world(tmp: Path) -> World:
+    """A world whose clients fold their events in-process with the engine's pure core."""
+    engine = FoldEngine()
+    return World(lambda runner, clock: FoldClient(engine, runner, clock), tmp)
 
 
 @dataclass
