@@ -39,6 +39,12 @@ def kafka_bootstrap() -> Iterator[str]:
         kafka_local.stop(instance)
 
 
+@pytest.fixture(scope="session")
+def kafka_instance(kafka_bootstrap: str) -> str:
+    """The kafka_local instance name of the test broker (for tests that restart it)."""
+    return os.environ.get("RECONCILER_TEST_INSTANCE", "pytest")
+
+
 @pytest.fixture
 def unique_name(request: pytest.FixtureRequest) -> str:
     """A topic/group/transactional-id stem nobody else uses."""

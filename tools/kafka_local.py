@@ -2,6 +2,7 @@
 
     python tools/kafka_local.py start  [--instance NAME] [--fresh]
     python tools/kafka_local.py stop   [--instance NAME]
+    python tools/kafka_local.py restart [--instance NAME]   # same ports, same data
     python tools/kafka_local.py status [--instance NAME]
     python tools/kafka_local.py bootstrap [--instance NAME]   # prints host:port of a running broker
     python tools/kafka_local.py logs   [--instance NAME] [--lines N]
@@ -252,7 +253,33 @@ def java_command(instance: str, main: str, *args: str, heap: str = "256m") -> li
     ]
 
 
-def start(instance: str, fresh: bool) -> BrokerInfo:
+def format_storage(instance: str, props: Path) -> None:
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    fmt = subprocess.run(
+        java_command(
+            instance,
+            "kafka.tools.StorageTool",
+            "format",
+            "--standalone",
+            "-t",
+            cluster_id,
+            "-c",
+            str(props),
+        ),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if fmt.returncode != 0:
+        raise SetupError(
+            f"formatting KRaft storage failed: {(fmt.stdout + fmt.stderr).strip()[-800:]}\n"
+            f"Fix: run `python tools/kafka_local.py start --fresh --instance {instance}`."
+        )
+
+
+def start(
+    instance: str, fresh: bool, port: int | None = None, controller_port: int | None = None
+) -> BrokerInfo:
     running = read_info(instance)
     if running is not None:
         print(
@@ -265,32 +292,14 @@ def start(instance: str, fresh: bool) -> BrokerInfo:
     if fresh and home.exists():
         shutil.rmtree(home)
     home.mkdir(parents=True, exist_ok=True)
-    port = port_from_env("RECONCILER_KAFKA_PORT") or free_port()
-    controller_port = port_from_env("RECONCILER_KAFKA_CONTROLLER_PORT") or free_port()
+    port = port or port_from_env("RECONCILER_KAFKA_PORT") or free_port()
+    controller_port = (
+        controller_port or port_from_env("RECONCILER_KAFKA_CONTROLLER_PORT") or free_port()
+    )
     props = write_configs(instance, port, controller_port)
 
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-    fmt = subprocess.run(
-        java_command(
-            instance,
-            "kafka.tools.StorageTool",
-            "format",
-            "--standalone",
-            "-t",
-            cluster_id,
-            "-c",
-            str(props),
-            "--ignore-formatted",
-        ),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if fmt.returncode != 0:
-        raise SetupError(
-            f"formatting KRaft storage failed: {(fmt.stdout + fmt.stderr).strip()[-800:]}\n"
-            f"Fix: run `python tools/kafka_local.py start --fresh --instance {instance}`."
-        )
+    if not (home / "data" / "meta.properties").exists():  # formatted once per data dir
+        format_storage(instance, props)
 
     started = time.monotonic()
     with open(home / "broker.out", "ab") as out:
@@ -349,6 +358,15 @@ def stop(instance: str) -> None:
     print(f"kafka_local: broker '{instance}' stopped")
 
 
+def restart(instance: str) -> BrokerInfo:
+    """Stop a running broker and start it again on the same ports with the same data."""
+    info = read_info(instance)
+    if info is None:
+        raise SetupError(f"broker '{instance}' is not running. Fix: start it first.")
+    stop(instance)
+    return start(instance, fresh=False, port=info.port, controller_port=info.controller_port)
+
+
 def tail(instance: str, lines: int) -> str:
     texts = []
     for path in (log_path(instance), instance_dir(instance) / "broker.out"):
@@ -360,7 +378,9 @@ def tail(instance: str, lines: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kafka_local", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["start", "stop", "status", "bootstrap", "logs"])
+    parser.add_argument(
+        "command", choices=["start", "stop", "restart", "status", "bootstrap", "logs"]
+    )
     parser.add_argument("--instance", default="dev", help="name of the broker (default: dev)")
     parser.add_argument("--fresh", action="store_true", help="wipe the instance's data first")
     parser.add_argument("--lines", type=int, default=60, help="log lines for `logs`")
@@ -370,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
             start(args.instance, args.fresh)
         elif args.command == "stop":
             stop(args.instance)
+        elif args.command == "restart":
+            restart(args.instance)
         elif args.command == "logs":
             print(tail(args.instance, args.lines))
         else:

@@ -172,7 +172,9 @@ class Engine:
     def _handle(self, clients: _Clients, message: Message) -> None:
         error = message.error()
         if error is not None:
-            if error.fatal():
+            # A consumer's fatal error (e.g. a static member fenced after a broker restart)
+            # arrives as code _FATAL without fatal() set on the message error.
+            if error.fatal() or error.code() == KafkaError._FATAL:
                 raise _RejoinError(str(error))
             log.warning("consumer error (librdkafka retries): %s", error)
             return

@@ -58,7 +58,7 @@ def restore_partition(
         last = stored
         deadline = time.monotonic() + timeout_s
         while True:
-            batch = consumer.consume(RESTORE_BATCH, timeout=1.0)
+            batch = consumer.consume(RESTORE_BATCH, timeout=0.1)
             writes: list[StoreWrite] = []
             at_end = False
             for message in batch:
@@ -82,7 +82,8 @@ def restore_partition(
             if writes:
                 store.apply(writes, last)
                 count += len(writes)
-            if at_end:
+            position = consumer.position([TopicPartition(changelog_topic, partition)])[0].offset
+            if at_end or position >= high:
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(

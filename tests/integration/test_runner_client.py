@@ -144,7 +144,9 @@ def test_engine_down_resume_times_out_and_the_runner_does_not_continue(
 
 
 def test_unreachable_brokers_fail_the_intent_before_the_session_is_touched() -> None:
-    client = ReconcilerClient("127.0.0.1:1", runner_id="r", delivery_timeout_s=1.0)
+    client = ReconcilerClient(
+        "127.0.0.1:1", runner_id="r", delivery_timeout_s=1.0, kafka_config={"log_level": 0}
+    )
     try:
         with pytest.raises(ReconcilerClientError, match="not delivered"):
             client.register_intent(
