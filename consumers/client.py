@@ -136,6 +136,9 @@ class ReconcilerClient:
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "latest",
+                # The decision lands in a transaction: a long-polling fetch is not woken when the
+                # commit marker makes it visible, so a short wait bounds the added latency.
+                "fetch.wait.max.ms": 20,
             }
         )
         self._resume_lock = threading.Lock()
