@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint typecheck broker-start broker-stop clean
+.PHONY: setup run test test-fast lint typecheck broker-start broker-stop demo soak bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"' \
@@ -16,12 +16,27 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+BOOTSTRAP = $$($(PY) tools/kafka_local.py bootstrap --instance dev)
+
 ## run: start the local broker (instance "dev"), create the topics, run the engine in the foreground.
 run: setup
 	$(PY) tools/kafka_local.py start --instance dev
-	$(VENV)/bin/reconciler topics create --bootstrap-servers $$($(PY) tools/kafka_local.py bootstrap --instance dev)
-	@echo "make run: the broker and topics are up. The engine runtime (issue 5) is not built yet,"
-	@echo "so make run stops here. Stop the broker with: make broker-stop"
+	$(VENV)/bin/reconciler topics create --bootstrap-servers $(BOOTSTRAP)
+	$(VENV)/bin/reconciler run --bootstrap-servers $(BOOTSTRAP)
+
+## demo: scripted runners through lost ack, atomic failure, ambiguity, two copies, repair.
+demo: setup
+	$(PY) tools/kafka_local.py start --instance dev
+	$(VENV)/bin/reconciler demo --embedded-engine --bootstrap-servers $(BOOTSTRAP)
+
+## soak: the kill -9 loop with many kills (figures for the notes; not part of make test).
+soak: setup
+	RECONCILER_SOAK_KILLS=$${KILLS:-100} bash tools/test.sh -m kafka tests/integration/test_engine_crash.py -q
+
+## bench: throughput, latency and restore figures against the local broker (not a test).
+bench: setup
+	$(PY) tools/kafka_local.py start --instance dev
+	$(PY) -m tools.bench_engine --bootstrap-servers $(BOOTSTRAP)
 
 ## test: lint, type-check, and the whole suite against a real broker it starts (and stops).
 test: setup

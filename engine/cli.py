@@ -84,6 +84,45 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain(args: argparse.Namespace) -> int:
+    from engine.ops import explain
+
+    print(explain(_settings(args), args.session))
+    return 0
+
+
+def _repair(args: argparse.Namespace) -> int:
+    from engine.core.events import RepairResolution
+    from engine.ops import repair
+
+    decision = repair(
+        _settings(args),
+        args.session,
+        RepairResolution(args.resolution),
+        args.reason,
+        actor=args.actor,
+        intent_id=args.intent_id,
+    )
+    print(f"{decision.verdict} {decision.reason}")
+    for entry in decision.trail:
+        print(f"  {entry.step}: {entry.detail}")
+    return 0 if decision.verdict == "RECORDED" else 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from engine.demo import run_demo, run_embedded
+
+    settings = _settings(args)
+    print(run_embedded(settings) if args.embedded_engine else run_demo(settings))
+    return 0
+
+
+def _non_empty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="reconciler",
@@ -105,6 +144,34 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--state-dir", type=Path, help="folder of the local state stores")
     run.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz")
     run.set_defaults(handler=_run)
+
+    explain = commands.add_parser("explain", help="print the decision trail of one session")
+    _add_common(explain)
+    explain.add_argument("session", type=_non_empty, help="session id")
+    explain.set_defaults(handler=_explain)
+
+    repair = commands.add_parser("repair", help="resolve an ambiguous or violated session")
+    _add_common(repair)
+    repair.add_argument("session", type=_non_empty, help="session id")
+    repair.add_argument(
+        "--resolution",
+        required=True,
+        choices=["ACCEPT_COMMITTED", "ACCEPT_ABSENT", "ABANDON"],
+        help="what the operator verified in the Session store",
+    )
+    repair.add_argument("--reason", required=True, type=_non_empty, help="why (kept in the trail)")
+    repair.add_argument("--actor", type=_non_empty, help="who (default: the OS user)")
+    repair.add_argument("--intent-id", help="the pending write being resolved")
+    repair.set_defaults(handler=_repair)
+
+    demo = commands.add_parser("demo", help="drive scripted runners through the key cases")
+    _add_common(demo)
+    demo.add_argument(
+        "--embedded-engine",
+        action="store_true",
+        help="create fresh demo topics and run an engine in this process for the demo",
+    )
+    demo.set_defaults(handler=_demo)
     return parser
 
 

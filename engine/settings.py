@@ -84,7 +84,7 @@ class Settings(BaseModel):
     def topics(self) -> TopicNames:
         return TopicNames(prefix=self.topic_prefix)
 
-    def client_config(self, **overrides: str | int | float | bool) -> dict[str, Any]:
+    def client_config(self, **overrides: Any) -> dict[str, Any]:
         """A librdkafka configuration: bootstrap servers, pass-through settings, then overrides."""
         config: dict[str, str | int | float | bool] = {"bootstrap.servers": self.bootstrap_servers}
         config.update(self.kafka)

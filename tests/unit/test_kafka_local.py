@@ -8,8 +8,9 @@ import socket
 import subprocess
 from pathlib import Path
 
-import kafka_local
 import pytest
+
+import kafka_local
 
 
 def test_port_in_use_from_environment_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,71 @@
+"""The operator commands against a running engine: demo table, explain and repair."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main
+from engine.core.events import AckOutcome, Event, RepairResolution, Verdict
+from engine.demo import run_embedded
+from engine.ops import explain, repair
+from engine.settings import load_settings
+from tests.integration.engine_harness import engine_settings, engine_thread, produce, read_decisions
+from tests.integration.exactly_once import OUT, C, U
+from tests.unit.core.builders import ack, intent, msg, record, resume
+
+pytestmark = pytest.mark.kafka
+
+
+def test_demo_table_shows_the_key_cases(kafka_bootstrap: str) -> None:
+    table = run_embedded(load_settings(environ={}, bootstrap_servers=kafka_bootstrap))
+    rows = {tuple(line.split()[:1] + line.split()[-4:-2]) for line in table.splitlines()[1:]}
+    assert ("lost-ack", "CONTINUE", "COMMITTED") in rows
+    assert ("atomic-failure", "APPEND_ONCE", "UNCHANGED") in rows
+    assert ("ambiguous", "WITHHELD", "AMBIGUOUS") in rows
+    assert ("two-copies", "WITHHELD", "HELD_BY_OTHER") in rows
+    assert ("repaired", "APPEND_ONCE", "ACCEPTED_ABSENT") in rows
+
+
+def test_repair_then_explain(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = engine_settings(kafka_bootstrap, unique_name, tmp_path / "state")
+    sid = "s1"  # the builders' session
+    events: list[Event] = [
+        intent("e1", [OUT], [U, C]),
+        ack("e2", AckOutcome.UNKNOWN),
+        resume("e3", record([OUT], [U, C]), [U, C, msg("foreign")]),
+    ]
+    with engine_thread(settings):
+        produce(kafka_bootstrap, settings, events)
+        read_decisions(kafka_bootstrap, settings, until=3, idle_s=1)
+        decision = repair(
+            settings,
+            sid,
+            RepairResolution.ACCEPT_COMMITTED,
+            "verified by hand",
+            actor="ops@example",
+            intent_id="i1",
+        )
+        assert decision.verdict is Verdict.RECORDED
+        text = explain(settings, sid)
+        code = main(
+            [
+                "explain",
+                sid,
+                "--bootstrap-servers",
+                kafka_bootstrap,
+                "--topic-prefix",
+                settings.topic_prefix,
+                "--partitions",
+                "3",
+            ]
+        )
+    assert code == 0
+    assert capsys.readouterr().out.strip() == text
+    assert "WITHHELD AMBIGUOUS" in text
+    assert "RECORDED REPAIRED" in text
+    assert "ops@example" in text or "verified by hand" in text
+    assert "now: health=CLEAR" in text
