@@ -13,6 +13,7 @@ from consumers.agents_session import ReconciledSession
 from consumers.checkpoint import Checkpoint
 from consumers.client import AsyncReconcilerClient, ReconcilerApi, ReconcilerClient
 from consumers.errors import (
+    AppendNotWrittenError,
     CheckpointError,
     ContinuationWithheldError,
     NotResumedError,
@@ -21,12 +22,14 @@ from consumers.errors import (
     ReconcilerClientError,
     ResumeTimeoutError,
     StaleFenceError,
+    StoreRolledBackError,
     TopicUnavailableError,
 )
 from consumers.fenced_sqlite import FencedSQLiteSession
 from consumers.outcomes import AppendOnce, ContinueWithoutReplay, ResumeOutcome, Withheld
 
 __all__ = [
+    "AppendNotWrittenError",
     "AppendOnce",
     "AsyncReconcilerClient",
     "Checkpoint",
@@ -44,6 +47,7 @@ __all__ = [
     "ResumeOutcome",
     "ResumeTimeoutError",
     "StaleFenceError",
+    "StoreRolledBackError",
     "TopicUnavailableError",
     "Withheld",
     "restore_run_state",

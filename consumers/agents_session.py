@@ -8,7 +8,8 @@
    checkpoint;
 2. appends through the wrapped Session;
 3. publishes the acknowledgement: COMMITTED after success, UNKNOWN when the append raised
-   (the outcome is hidden), NOT_WRITTEN when the fenced store refused it (nothing was written).
+   (the outcome is hidden), NOT_WRITTEN when the store says nothing was written
+   (`AppendNotWrittenError`: a stale fence or a rolled-back transaction).
 
 After a restore, `consumers.agents_resume.resume_from_checkpoint` asks the engine and calls
 `adopt`: a grant hands this wrapper the fence token (claimed in a fencing store at once); a
@@ -30,10 +31,10 @@ from agents.memory.session import Session, SessionABC
 from consumers.checkpoint import Checkpoint
 from consumers.client import ReconcilerApi
 from consumers.errors import (
+    AppendNotWrittenError,
     ContinuationWithheldError,
     NotResumedError,
     PublishError,
-    StaleFenceError,
 )
 from consumers.outcomes import AppendOnce, ResumeOutcome, Withheld
 from engine.core.digest import digests
@@ -120,7 +121,7 @@ class ReconciledSession(SessionABC):
         self.open_intent_id = intent_id
         try:
             await self.inner.add_items(items)
-        except StaleFenceError:
+        except AppendNotWrittenError:  # the store says so: a stale fence or a rollback
             await self._ack(intent_id, AckOutcome.NOT_WRITTEN)
             raise
         except BaseException:

@@ -118,7 +118,29 @@ class ContinuationWithheldError(ReconcilerClientError):
         self.operator_action = operator_action
 
 
-class StaleFenceError(ReconcilerClientError):
+class AppendNotWrittenError(ReconcilerClientError):
+    """The store rolled the append back before committing: nothing of the batch was written.
+
+    This is definite evidence (the wrapper acknowledges NOT_WRITTEN), unlike an arbitrary
+    exception from ``add_items``, whose outcome is unknown.
+    """
+
+    def __init__(self, cause: str, fix: str, *, session_id: str) -> None:
+        super().__init__(cause, fix, session_id=session_id)
+
+
+class StoreRolledBackError(AppendNotWrittenError):
+    """The append failed inside the store's transaction and was rolled back."""
+
+    def __init__(self, *, session_id: str, detail: str) -> None:
+        super().__init__(
+            f"append to session {session_id!r} failed before commit and was rolled back: {detail}.",
+            "nothing was written; checkpoint the run and resume it through the reconciler.",
+            session_id=session_id,
+        )
+
+
+class StaleFenceError(AppendNotWrittenError):
     """The fenced store refused an append: it carries an older fence token than the store's.
 
     Another runner was granted authority after this one; this copy must stop.

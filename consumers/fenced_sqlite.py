@@ -9,6 +9,9 @@ checks it in the same write transaction as the append:
     carried < token  -> ROLLBACK, raise StaleFenceError (nothing written)
     otherwise        -> token := carried; INSERT the items; COMMIT
 
+A failure before COMMIT raises `StoreRolledBackError` (an `AppendNotWrittenError`): the
+wrapper then tells the engine NOT_WRITTEN, definite evidence the batch is absent.
+
 Invariants: the stored token never decreases; an append carrying a token older than the stored
 one never writes anything. `claim_fence` stores a newly granted token before any append, so a
 fenced-out copy is refused even if the new holder has not appended yet.
@@ -24,7 +27,7 @@ from typing import Any
 from agents import SQLiteSession
 from agents.items import TResponseInputItem
 
-from consumers.errors import StaleFenceError
+from consumers.errors import StaleFenceError, StoreRolledBackError
 
 FENCES_TABLE = "reconciler_fences"
 
@@ -90,9 +93,18 @@ class FencedSQLiteSession(SQLiteSession):
 
         def append() -> None:
             with self._write_connection() as conn:
-                conn.execute("BEGIN IMMEDIATE")
-                self._check_and_store(conn, carried)
-                self._insert_items(conn, items)
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    self._check_and_store(conn, carried)
+                    self._insert_items(conn, items)
+                except StaleFenceError:
+                    raise
+                except Exception as exc:
+                    # Before COMMIT: _write_connection rolls the transaction back, so nothing
+                    # of the batch is in the Session. A failing COMMIT stays an unknown outcome.
+                    raise StoreRolledBackError(
+                        session_id=self.session_id, detail=repr(exc)[:200]
+                    ) from exc
                 conn.commit()
 
         await asyncio.to_thread(append)

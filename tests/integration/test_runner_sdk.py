@@ -91,6 +91,7 @@ FAULTS: dict[str, tuple[tuple[int, ...], type[AppendOnce | ContinueWithoutReplay
     # fault: (tools approved, expected outcome type, reason)
     "before": ((7,), AppendOnce, Reason.UNCHANGED),  # append fails before commit
     "after": ((7,), ContinueWithoutReplay, Reason.COMMITTED),  # commits, loses the ack
+    "rollback": ((7,), AppendOnce, Reason.UNCHANGED),  # the store rolls back: NOT_WRITTEN
 }
 
 
@@ -145,6 +146,25 @@ def test_foreign_writer_extending_history_is_withheld(world: World) -> None:
         assert caught.value.reason is Reason.AMBIGUOUS
         items = await history(sid, world.tmp)
         assert [i.get("type") for i in items].count("function_call_output") == 0
+        assert effects.charges == [7]
+
+    asyncio.run(scenario())
+
+
+def test_sdk_gap_6_an_identical_foreign_copy_after_a_rollback_is_not_authorship(
+    world: World,
+) -> None:
+    async def scenario() -> None:
+        sid, effects = new_sid("gap6"), Effects()
+        session = world.session(sid, world.client("runner-a"))
+        agent, state = await park_for_approval(session, effects, 7)
+        checkpoint = await crash_on_resumed_append(session, agent, state, "rollback")
+        batch = checkpoint.run_state["pending_session_write"]["items"]
+        foreign = FencedSQLiteSession(sid, world.tmp / f"{sid}.db")
+        await foreign.add_items(copy.deepcopy(batch))  # the SDK alone would settle on this
+        with pytest.raises(ContinuationWithheldError) as caught:
+            await restore_and_finish(world, sid, checkpoint, effects)
+        assert caught.value.reason is Reason.CONTENT_NOT_AUTHORSHIP
         assert effects.charges == [7]
 
     asyncio.run(scenario())

@@ -4,6 +4,7 @@ folding in-process), a faulty fenced SQLite store, and the approval-gated agent.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from agents.testing.model import assistant_message, function_call
 from consumers.agents_session import ReconciledSession
 from consumers.checkpoint import Checkpoint
 from consumers.client import Clock, ReconcilerApi, wall_clock_ms
+from consumers.errors import AppendNotWrittenError
 from consumers.fenced_sqlite import FencedSQLiteSession
 from engine.core.state import LEASE_MS
 from tests.unit.consumers.fold_client import FoldClient, FoldEngine
@@ -28,9 +30,20 @@ AFTER_LEASE_MS = LEASE_MS + 1_000
 class FaultySession(FencedSQLiteSession):
     """The fenced store with one injectable fault on the next append."""
 
-    fault: str | None = None  # before | after | partial
+    fault: str | None = None  # before | after | partial | rollback
+
+    def _insert_items(self, conn: sqlite3.Connection, items: list[TResponseInputItem]) -> None:
+        super()._insert_items(conn, items)
+        if self.fault == "rollback":  # inside the store's transaction, after the rows went in
+            raise sqlite3.OperationalError("disk I/O error")
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
+        if self.fault == "rollback":
+            try:
+                await super().add_items(items)
+            finally:
+                self.fault = None
+            return
         fault, self.fault = self.fault, None
         if fault == "before":
             raise RuntimeError("store unavailable: nothing written")
@@ -130,7 +143,7 @@ async def crash_on_resumed_append(
     store.fault = fault
     try:
         await Runner.run(agent, state, session=session)
-    except RuntimeError:
+    except (RuntimeError, AppendNotWrittenError):
         pass
     else:
         raise AssertionError("the fault did not fire")

@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-from consumers.errors import ReconcilerClientError, StaleFenceError
+from consumers.errors import (
+    AppendNotWrittenError,
+    ReconcilerClientError,
+    StaleFenceError,
+    StoreRolledBackError,
+)
 from consumers.fenced_sqlite import FencedSQLiteSession
 
 ITEM: Any = {"type": "function_call_output", "call_id": "charge-1", "output": "receipt-7"}
@@ -81,3 +86,20 @@ def test_in_memory_database_is_fenced_too() -> None:
     with pytest.raises(StaleFenceError):
         asyncio.run(session.add_items([ITEM]))
     assert items_of(session) == []
+
+
+class _FailingInsert(FencedSQLiteSession):
+    def _insert_items(self, conn: sqlite3.Connection, items: list[Any]) -> None:
+        super()._insert_items(conn, items)
+        raise sqlite3.OperationalError("disk I/O error")
+
+
+def test_a_failure_inside_the_transaction_rolls_back_and_says_not_written(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    failing = _FailingInsert("s1", db, fence_token=4)
+    with pytest.raises(AppendNotWrittenError) as caught:
+        asyncio.run(failing.add_items([ITEM, ITEM]))
+    assert isinstance(caught.value, StoreRolledBackError)
+    plain = FencedSQLiteSession("s1", db)
+    assert items_of(plain) == []
+    assert plain.stored_fence() == 0  # the token update rolled back with the rows

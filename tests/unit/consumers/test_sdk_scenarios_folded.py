@@ -43,3 +43,6 @@ test_sdk_gap_4_a_resume_with_another_ids_policy_is_withheld = (
 test_sdk_gap_7_a_tampered_checkpoint_record_is_withheld = (
     scenarios.test_sdk_gap_7_a_tampered_checkpoint_record_is_withheld
 )
+test_sdk_gap_6_an_identical_foreign_copy_after_a_rollback_is_not_authorship = (
+    scenarios.test_sdk_gap_6_an_identical_foreign_copy_after_a_rollback_is_not_authorship
+)
