@@ -11,8 +11,8 @@ asks the engine, and hands the answer to the `ReconciledSession`:
 * `Withheld`: stop; `restore_run_state` raises `ContinuationWithheldError` and the wrapper
   refuses every later append.
 
-Fails closed with `CheckpointError` where the engine cannot be asked truthfully: a held record
-(not reconciled by this helper yet), or a pending write with no registered intent.
+Fails closed with `CheckpointError` where the engine cannot be asked truthfully: a pending
+write with no registered intent (a checkpoint not made by `ReconciledSession.checkpoint`).
 """
 
 from __future__ import annotations
@@ -48,8 +48,6 @@ def pending_of(checkpoint: Checkpoint, *, ignore_ids: bool) -> PendingRecord | N
         return None
     if write.session_id != checkpoint.session_id:
         raise refuse(f"its pending write names session {write.session_id!r}")
-    if write.held:
-        raise refuse("held pending writes are not reconciled by this helper yet")
     if checkpoint.pending_intent_id is None:
         raise refuse("its pending write was never registered with the reconciler")
     try:

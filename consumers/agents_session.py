@@ -15,6 +15,10 @@ After a restore, `consumers.agents_resume.resume_from_checkpoint` asks the engin
 `adopt`: a grant hands this wrapper the fence token (claimed in a fencing store at once); a
 withholding makes every later append raise `ContinuationWithheldError` before anything is sent.
 
+Held batches (openai-agents' held pending write: output guardrails with a non-default
+``tool_use_behavior``): `checkpoint` registers them as HELD intents; the append that settles
+them (held items first) is published as their RELEASE.
+
 Not covered: ``pop_item`` and ``clear_session`` pass through without intents.
 """
 
@@ -38,7 +42,7 @@ from consumers.errors import (
 )
 from consumers.outcomes import AppendOnce, ResumeOutcome, Withheld
 from engine.core.digest import digests
-from engine.core.events import AckOutcome, Binding
+from engine.core.events import AckOutcome, Binding, IntentKind
 from engine.wire.sdk_checkpoint import PENDING_WRITE_KEY
 
 if TYPE_CHECKING:
@@ -83,6 +87,9 @@ class ReconciledSession(SessionABC):
         self.fence_token: int | None = None
         self.open_intent_id: str | None = None
         self._granted_append: tuple[str, list[str]] | None = None
+        # A held batch (the SDK parked it in the RunState, not the Session): its intent id and
+        # digests; the append that settles it is published as its RELEASE.
+        self._held: tuple[str, list[str]] | None = None
         self._withheld: Withheld | None = None
         self._awaiting_grant = restored
         self.appends = 0
@@ -100,9 +107,13 @@ class ReconciledSession(SessionABC):
         batch = list(items)
         tail = await self.inner.get_items(limit=len(batch) + 1)
         batch_digests = digests(batch, ignore_ids=self.binding.ignore_ids)
-        # The SDK appending a granted batch re-arms the granted intent instead of a new one.
-        reuse = None
-        if self._granted_append is not None and self._granted_append[1] == batch_digests:
+        kind, reuse = IntentKind.REGISTER, None
+        held = self._held
+        if held is not None and batch_digests[: len(held[1])] == held[1]:
+            # The SDK settles the held batch ahead of the resolved items in one append.
+            kind, reuse = IntentKind.RELEASE, held[0]
+        elif self._granted_append is not None and self._granted_append[1] == batch_digests:
+            # The SDK appending a granted batch re-arms the granted intent, not a new one.
             reuse = self._granted_append[0]
         self._granted_append = None
         sequence = self.sequence + 1
@@ -115,8 +126,11 @@ class ReconciledSession(SessionABC):
                 sequence=sequence,
                 fence_token=self.fence_token,
                 intent_id=reuse,
+                kind=kind,
             )
         )
+        if kind is IntentKind.RELEASE:
+            self._held = None
         self.sequence = sequence
         self.open_intent_id = intent_id
         try:
@@ -170,9 +184,17 @@ class ReconciledSession(SessionABC):
             raise NotResumedError(session_id=self.session_id)
 
     def checkpoint(self, state: RunState[Any, Any]) -> Checkpoint:
-        """The envelope to store for ``state`` (instead of ``state.to_json()`` alone)."""
+        """The envelope to store for ``state`` (instead of ``state.to_json()`` alone).
+
+        When the RunState holds a held batch the SDK never showed the Session, this registers it
+        as a HELD intent first (blocking until durable), so the engine knows it before the
+        checkpoint exists.
+        """
         run_state = state.to_json()
-        pending = self.open_intent_id if run_state.get(PENDING_WRITE_KEY) is not None else None
+        record = run_state.get(PENDING_WRITE_KEY)
+        pending = self.open_intent_id if record is not None else None
+        if record is not None and record.get("held") is True:
+            pending = self._register_held(record["items"])
         return Checkpoint(
             checkpoint_id=uuid.uuid4().hex,
             session_id=self.session_id,
@@ -180,6 +202,25 @@ class ReconciledSession(SessionABC):
             pending_intent_id=pending,
             run_state=run_state,
         )
+
+    def _register_held(self, items: list[dict[str, Any]]) -> str:
+        held_digests = digests(items, ignore_ids=self.binding.ignore_ids)
+        if self._held is not None and self._held[1] == held_digests:
+            return self._held[0]  # already registered (a second checkpoint of the same park)
+        self._require_authority()
+        sequence = self.sequence + 1
+        intent_id = self.client.register_intent(
+            session_id=self.session_id,
+            binding=self.binding,
+            items=items,
+            before_tail=None,
+            sequence=sequence,
+            fence_token=self.fence_token,
+            kind=IntentKind.HELD,
+        )
+        self.sequence = sequence
+        self._held = (intent_id, held_digests)
+        return intent_id
 
     def adopt(self, outcome: ResumeOutcome, checkpoint: Checkpoint) -> None:
         """Take on the engine's answer to a resume of ``checkpoint`` (blocking: SQLite I/O)."""
@@ -196,8 +237,13 @@ class ReconciledSession(SessionABC):
             claim = getattr(self.inner, "claim_fence", None)
             if callable(claim):
                 claim(token)
-        if isinstance(outcome, AppendOnce) and checkpoint.pending_intent_id is not None:
-            write = checkpoint.run_state[PENDING_WRITE_KEY]
+        write = checkpoint.run_state.get(PENDING_WRITE_KEY)
+        if write is not None and write.get("held") is True and checkpoint.pending_intent_id:
+            self._held = (
+                checkpoint.pending_intent_id,
+                digests(write["items"], ignore_ids=self.binding.ignore_ids),
+            )
+        if isinstance(outcome, AppendOnce) and checkpoint.pending_intent_id and write is not None:
             self._granted_append = (
                 checkpoint.pending_intent_id,
                 digests(write["items"], ignore_ids=self.binding.ignore_ids),

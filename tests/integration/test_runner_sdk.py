@@ -75,12 +75,18 @@ def new_sid(name: str) -> str:
 
 
 async def restore_and_finish(
-    world: World, sid: str, checkpoint: Checkpoint, effects: Effects, runner: str = "runner-b"
+    world: World,
+    sid: str,
+    checkpoint: Checkpoint,
+    effects: Effects,
+    runner: str = "runner-b",
+    *,
+    held: bool = False,
 ) -> Any:
     """A new process: restore through the reconciler; run to the end only when granted."""
     client = world.client(runner, shift_ms=AFTER_LEASE_MS)
     session = world.session(sid, client, restored=True)
-    agent = make_agent(effects, resumed_steps())
+    agent = make_agent(effects, resumed_steps(), held=held)
     state, outcome = await restore_run_state(agent, checkpoint, session, timeout_s=30)
     result = await Runner.run(agent, state, session=session)
     assert result.final_output == "done"
@@ -283,6 +289,49 @@ def test_sdk_gap_7_a_tampered_checkpoint_record_is_withheld(world: World, how: s
         with pytest.raises(ContinuationWithheldError) as caught:
             await restore_and_finish(world, sid, tampered, effects)
         assert caught.value.reason is Reason.RECORD_MISMATCH
+        assert effects.charges == [7]
+        assert_pairs_once(await history(sid, world.tmp))
+
+    asyncio.run(scenario())
+
+
+def test_held_park_rides_then_settles_once_and_a_second_copy_is_withheld(world: World) -> None:
+    async def scenario() -> None:
+        sid, effects = new_sid("held"), Effects()
+        session = world.session(sid, world.client("runner-a"))
+        _agent, state = await park_for_approval(session, effects, 7, held=True)
+        assert kinds(await history(sid, world.tmp)) == ["message:user"]  # the call is held
+        checkpoint = Checkpoint.from_json(session.checkpoint(state).to_json())
+        assert checkpoint.run_state["pending_session_write"]["held"] is True
+        assert checkpoint.pending_intent_id is not None
+        first = await restore_and_finish(world, sid, checkpoint, effects, "copy-a", held=True)
+        assert isinstance(first, ContinueWithoutReplay)
+        assert first.reason is Reason.HELD_RIDES
+        items = await history(sid, world.tmp)
+        assert kinds(items)[:3] == [
+            "message:user",
+            "function_call:charge-7",
+            "function_call_output:charge-7",
+        ]
+        with pytest.raises(ContinuationWithheldError):
+            await restore_and_finish(world, sid, checkpoint, effects, "copy-b", held=True)
+        assert effects.charges == [7]
+        assert_pairs_once(await history(sid, world.tmp))
+
+    asyncio.run(scenario())
+
+
+def test_held_settle_that_fails_is_granted_once_on_the_next_resume(world: World) -> None:
+    async def scenario() -> None:
+        sid, effects = new_sid("held-fail"), Effects()
+        session = world.session(sid, world.client("runner-a"))
+        agent, state = await park_for_approval(session, effects, 7, held=True)
+        session.checkpoint(state)  # registers the held batch, as the app's save would
+        checkpoint = await crash_on_resumed_append(session, agent, state, "before")
+        record = checkpoint.run_state["pending_session_write"]
+        assert record.get("held") is not True  # the settle registered an ordinary write
+        outcome = await restore_and_finish(world, sid, checkpoint, effects, held=True)
+        assert isinstance(outcome, AppendOnce)
         assert effects.charges == [7]
         assert_pairs_once(await history(sid, world.tmp))
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, Runner, function_tool
+from agents import Agent, GuardrailFunctionOutput, Runner, function_tool, output_guardrail
+from agents.agent import StopAtTools
 from agents.items import TResponseInputItem
 from agents.testing import ScriptedModel
 from agents.testing.model import assistant_message, function_call
@@ -103,14 +104,30 @@ class Effects:
     charges: list[int] = field(default_factory=list)
 
 
-def make_agent(effects: Effects, steps: list[Any]) -> Agent[Any]:
+@output_guardrail
+async def always_fine(_ctx: Any, _agent: Any, _output: Any) -> GuardrailFunctionOutput:
+    return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
+
+
+def make_agent(effects: Effects, steps: list[Any], *, held: bool = False) -> Agent[Any]:
+    """The billing agent. ``held=True`` makes the SDK hold the parked response in the RunState
+    instead of the Session (output guardrails with a non-default tool_use_behavior)."""
+
     @function_tool(needs_approval=True)
     def charge(amount: int) -> str:
         """Charge the customer."""
         effects.charges.append(amount)
         return f"receipt-{amount}"
 
-    return Agent(name="billing", model=ScriptedModel(steps), tools=[charge])
+    if not held:
+        return Agent(name="billing", model=ScriptedModel(steps), tools=[charge])
+    return Agent(
+        name="billing",
+        model=ScriptedModel(steps),
+        tools=[charge],
+        output_guardrails=[always_fine],
+        tool_use_behavior=StopAtTools(stop_at_tool_names=["finish"]),
+    )
 
 
 def first_steps(*amounts: int) -> list[Any]:
@@ -123,10 +140,10 @@ def resumed_steps() -> list[Any]:
 
 
 async def park_for_approval(
-    session: ReconciledSession, effects: Effects, *amounts: int
+    session: ReconciledSession, effects: Effects, *amounts: int, held: bool = False
 ) -> tuple[Agent[Any], Any]:
     """A fresh run up to the approval park; returns the agent and the approved RunState."""
-    agent = make_agent(effects, first_steps(*amounts))
+    agent = make_agent(effects, first_steps(*amounts), held=held)
     result = await Runner.run(agent, f"charge {amounts}", session=session)
     state = result.to_state()
     for interruption in result.interruptions:

@@ -46,3 +46,9 @@ test_sdk_gap_7_a_tampered_checkpoint_record_is_withheld = (
 test_sdk_gap_6_an_identical_foreign_copy_after_a_rollback_is_not_authorship = (
     scenarios.test_sdk_gap_6_an_identical_foreign_copy_after_a_rollback_is_not_authorship
 )
+test_held_park_rides_then_settles_once_and_a_second_copy_is_withheld = (
+    scenarios.test_held_park_rides_then_settles_once_and_a_second_copy_is_withheld
+)
+test_held_settle_that_fails_is_granted_once_on_the_next_resume = (
+    scenarios.test_held_settle_that_fails_is_granted_once_on_the_next_resume
+)
