@@ -26,24 +26,40 @@ def parse_pending_header(value: bytes) -> tuple[str, int]:
     return status, int(since or 0)
 
 
+READ_CACHE_SESSIONS = 50_000
+"""Committed states kept decoded per task: states are immutable, so a hit skips the store read
+and the Avro decode (the largest per-event cost after the input decode)."""
+
+
 @dataclass
 class PartitionTask:
-    """Invariant: `cache` holds exactly the states changed since the last commit (step 6)."""
+    """Invariants: `cache` holds exactly the states changed since the last commit (step 6);
+    `committed` holds only states equal to what the local store has."""
 
     partition: int
     store: LocalStore
     cache: dict[str, SessionState] = field(default_factory=dict)
+    committed: dict[str, SessionState] = field(default_factory=dict)
     since: dict[str, int | None] = field(default_factory=dict)
     changelog_high: int = -1  # highest changelog offset delivered in the open transaction
     folded: int = 0  # events folded in the open transaction
     _encoded: list[StoreWrite] = field(default_factory=list)
 
     def state_of(self, session_id: str) -> SessionState | None:
-        cached = self.cache.get(session_id)
+        cached = self.cache.get(session_id) or self.committed.get(session_id)
         if cached is not None:
             return cached
         stored = self.store.get(session_id)
-        return decode_state(stored) if stored is not None else None
+        if stored is None:
+            return None
+        state = decode_state(stored)
+        self._remember(session_id, state)
+        return state
+
+    def _remember(self, session_id: str, state: SessionState) -> None:
+        if len(self.committed) >= READ_CACHE_SESSIONS:
+            self.committed.pop(next(iter(self.committed)))  # oldest inserted first
+        self.committed[session_id] = state
 
     def fold(self, event: Event, offset: int) -> tuple[SessionState | None, tuple[Decision, ...]]:
         """Step 2: fold one event; returns the state before it and the decisions."""
@@ -88,6 +104,9 @@ class PartitionTask:
         if self._encoded:
             offset = max(self.changelog_high, self.store.changelog_offset())
             self.store.apply(self._encoded, offset)
+        for session_id, state in self.cache.items():
+            self.committed.pop(session_id, None)
+            self._remember(session_id, state)
         self.discard()
 
     def discard(self) -> None:
