@@ -188,13 +188,16 @@ class ReconciledSession(SessionABC):
 
         When the RunState holds a held batch the SDK never showed the Session, this registers it
         as a HELD intent first (blocking until durable), so the engine knows it before the
-        checkpoint exists.
+        checkpoint exists. Call it after every run, completed ones too: a held batch the SDK
+        dropped without settling it (a detached run) is reported to the engine as DISCARD.
         """
         run_state = state.to_json()
         record = run_state.get(PENDING_WRITE_KEY)
         pending = self.open_intent_id if record is not None else None
         if record is not None and record.get("held") is True:
             pending = self._register_held(record["items"])
+        elif self._held is not None:
+            self._discard_held()
         return Checkpoint(
             checkpoint_id=uuid.uuid4().hex,
             session_id=self.session_id,
@@ -221,6 +224,28 @@ class ReconciledSession(SessionABC):
         self.sequence = sequence
         self._held = (intent_id, held_digests)
         return intent_id
+
+    def _discard_held(self) -> None:
+        """The SDK dropped the held batch without settling it through this Session (a detached
+        run): tell the engine, which alerts, since the batch's calls and outputs are lost."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        sequence = self.sequence + 1
+        self.client.register_intent(
+            session_id=self.session_id,
+            binding=self.binding,
+            items=[],
+            before_tail=None,
+            sequence=sequence,
+            fence_token=self.fence_token,
+            intent_id=held[0],
+            kind=IntentKind.DISCARD,
+            # Whether the approved tools ran is not visible here; a false alarm beats a
+            # silent loss.
+            tools_ran=True,
+        )
+        self.sequence = sequence
 
     def adopt(self, outcome: ResumeOutcome, checkpoint: Checkpoint) -> None:
         """Take on the engine's answer to a resume of ``checkpoint`` (blocking: SQLite I/O)."""

@@ -72,6 +72,7 @@ class ReconcilerApi(Protocol):
         intent_id: str | None = None,
         kind: IntentKind = IntentKind.REGISTER,
         persisted_count: int = 0,
+        tools_ran: bool = False,
     ) -> str: ...
 
     def acknowledge(
@@ -185,6 +186,7 @@ class ReconcilerClient:
         intent_id: str | None = None,
         kind: IntentKind = IntentKind.REGISTER,
         persisted_count: int = 0,
+        tools_ran: bool = False,
     ) -> str:
         """Register a pending write before the append; returns its intent id once durable."""
         intent_id = intent_id or new_id()
@@ -201,6 +203,7 @@ class ReconcilerClient:
             fence_token=fence_token,
             persisted_count=persisted_count,
             kind=kind,
+            tools_ran=tools_ran,
         )
         self.publish_intent(intent)
         return intent_id

@@ -61,6 +61,7 @@ class FoldClient:
         intent_id: str | None = None,
         kind: IntentKind = IntentKind.REGISTER,
         persisted_count: int = 0,
+        tools_ran: bool = False,
     ) -> str:
         intent_id = intent_id or uuid.uuid4().hex
         self.engine.feed(
@@ -77,6 +78,7 @@ class FoldClient:
                 fence_token=fence_token,
                 persisted_count=persisted_count,
                 kind=kind,
+                tools_ran=tools_ran,
             )
         )
         return intent_id

@@ -66,6 +66,7 @@ class World:
     make_client: ClientFactory
     tmp: Path
     clients: list[ReconcilerApi] = field(default_factory=list)
+    fold_engine: FoldEngine | None = None  # set when events are folded in-process
 
     def client(self, runner_id: str, *, shift_ms: int = 0) -> ReconcilerApi:
         client = self.make_client(runner_id, lambda: wall_clock_ms() + shift_ms)
@@ -94,7 +95,7 @@ class World:
 def fold_world(tmp: Path) -> World:
     """A world whose clients fold their events in-process with the engine's pure core."""
     engine = FoldEngine()
-    return World(lambda runner, clock: FoldClient(engine, runner, clock), tmp)
+    return World(lambda runner, clock: FoldClient(engine, runner, clock), tmp, fold_engine=engine)
 
 
 @dataclass

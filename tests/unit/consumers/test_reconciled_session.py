@@ -1,0 +1,110 @@
+"""`ReconciledSession` with the engine's fold in-process: what it publishes, and when."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Runner
+
+from consumers.agents_resume import restore_run_state
+from consumers.errors import PublishError
+from engine.core.events import (
+    AckEvent,
+    AckOutcome,
+    IntentEvent,
+    IntentKind,
+    Reason,
+    Verdict,
+)
+from tests.unit.consumers.sdk_world import (
+    AFTER_LEASE_MS,
+    Effects,
+    FaultySession,
+    fold_world,
+    history,
+    kinds,
+    make_agent,
+    park_for_approval,
+    resumed_steps,
+)
+
+USER: Any = {"role": "user", "content": "hi"}
+
+
+def test_every_append_is_registered_then_acknowledged(tmp_path: Path) -> None:
+    world = fold_world(tmp_path)
+    assert world.fold_engine is not None
+    session = world.session("s1", world.client("runner-a"))
+    asyncio.run(park_for_approval(session, Effects(), 7))
+    events = world.fold_engine.events
+    # the fresh run's input save and its turn save: intent, then COMMITTED ack, each
+    assert [type(e).__name__ for e in events] == ["IntentEvent", "AckEvent"] * 2
+    intents = [e for e in events if isinstance(e, IntentEvent)]
+    acks = [e for e in events if isinstance(e, AckEvent)]
+    assert [i.sequence for i in intents] == [0, 1]
+    assert intents[0].before == []  # the empty session's tail
+    assert {a.outcome for a in acks} == {AckOutcome.COMMITTED}
+    assert [a.intent_id for a in acks] == [i.intent_id for i in intents]
+    assert all(d.verdict is Verdict.RECORDED for d in world.fold_engine.decisions)
+
+
+def test_an_intent_that_is_not_durable_never_touches_the_session(tmp_path: Path) -> None:
+    world = fold_world(tmp_path)
+    client = world.client("runner-a")
+    session = world.session("s1", client)
+
+    def unreachable(**_kw: Any) -> str:
+        raise PublishError(topic="t", session_id="s1", event_id="e", detail="down")
+
+    client.register_intent = unreachable  # type: ignore[method-assign]
+    with pytest.raises(PublishError):
+        asyncio.run(session.add_items([USER]))
+    assert asyncio.run(history("s1", tmp_path)) == []
+
+
+def test_an_append_that_raises_is_acknowledged_unknown(tmp_path: Path) -> None:
+    world = fold_world(tmp_path)
+    assert world.fold_engine is not None
+    session = world.session("s1", world.client("runner-a"))
+    store = session.inner
+    assert isinstance(store, FaultySession)
+    store.fault = "after"
+    with pytest.raises(RuntimeError):
+        asyncio.run(session.add_items([USER]))
+    ack = world.fold_engine.events[-1]
+    assert isinstance(ack, AckEvent)
+    assert ack.outcome is AckOutcome.UNKNOWN
+    assert session.open_intent_id == ack.intent_id
+
+
+def test_sdk_gap_8_a_held_batch_dropped_by_a_detached_run_is_reported_and_alerted(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        world = fold_world(tmp_path)
+        assert world.fold_engine is not None
+        effects = Effects()
+        session = world.session("s1", world.client("runner-a"))
+        _agent, state = await park_for_approval(session, effects, 7, held=True)
+        checkpoint = session.checkpoint(state)
+        restored = world.session(
+            "s1", world.client("runner-b", shift_ms=AFTER_LEASE_MS), restored=True
+        )
+        agent = make_agent(effects, resumed_steps(), held=True)
+        state, outcome = await restore_run_state(agent, checkpoint, restored)
+        assert outcome.decision.reason is Reason.HELD_RIDES
+        result = await Runner.run(agent, state)  # detached: no Session; the SDK drops the batch
+        assert result.final_output == "done"
+        restored.checkpoint(result.to_state())
+        assert kinds(await history("s1", tmp_path)) == ["message:user"]  # the pair never landed
+        discard = world.fold_engine.events[-1]
+        assert isinstance(discard, IntentEvent)
+        assert discard.kind is IntentKind.DISCARD
+        last = world.fold_engine.decisions[-1]
+        assert (last.reason, last.alert) == (Reason.HELD_LOSS, True)
+        assert last.operator_action
+
+    asyncio.run(scenario())
