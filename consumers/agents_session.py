@@ -30,6 +30,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from agents.items import TResponseInputItem
+from agents.memory import OpenAIConversationsSession
 from agents.memory.session import Session, SessionABC
 
 from consumers.checkpoint import Checkpoint
@@ -49,6 +50,9 @@ if TYPE_CHECKING:
     from agents.run_state import RunState
 
 log = logging.getLogger(__name__)
+
+CONVERSATIONS_CHUNK = 20
+"""Items per request when OpenAIConversationsSession appends (SDK 0.24.0)."""
 
 
 class ReconciledSession(SessionABC):
@@ -70,8 +74,9 @@ class ReconciledSession(SessionABC):
         self.client = client
         self.session_id = inner.session_id
         self.session_settings = inner.session_settings
+        conversations = isinstance(inner, OpenAIConversationsSession)
         ignore = (
-            bool(getattr(inner, "_ignore_ids_for_matching", False))
+            conversations or bool(getattr(inner, "_ignore_ids_for_matching", False))
             if ignore_ids is None
             else ignore_ids
         )
@@ -82,6 +87,8 @@ class ReconciledSession(SessionABC):
             namespace=namespace,
             ignore_ids=ignore,
             store_enforces_fence=bool(getattr(inner, "store_enforces_fence", False)),
+            # Conversations splits an append into requests of 20 items: prefixes can land.
+            chunk_size=CONVERSATIONS_CHUNK if conversations else None,
         )
         self.sequence = -1
         self.fence_token: int | None = None

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from consumers.agents_resume import restore_run_state
-from consumers.client import ReconcilerClient
+from consumers.client import AsyncReconcilerClient, ReconcilerClient
 from consumers.errors import NotResumedError, ReconcilerClientError, ResumeTimeoutError
 from consumers.outcomes import ContinueWithoutReplay, ResumeOutcome, Withheld
 from engine.core.digest import item_facts
@@ -154,3 +154,29 @@ def test_unreachable_brokers_fail_the_intent_before_the_session_is_touched() -> 
             )
     finally:
         client.close()
+
+
+def test_async_client_round_trip(world: World) -> None:
+    sid = f"async-{uuid.uuid4().hex[:6]}"
+    sync = world.client("runner-async")
+    assert isinstance(sync, ReconcilerClient)
+    client = AsyncReconcilerClient(sync)
+
+    async def scenario() -> ResumeOutcome:
+        intent_id = await client.register_intent(
+            session_id=sid, binding=BINDING, items=[USER], before_tail=[], sequence=0
+        )
+        await client.acknowledge(session_id=sid, intent_id=intent_id, outcome=AckOutcome.COMMITTED)
+        return await client.resume(
+            session_id=sid,
+            binding=BINDING,
+            checkpoint_id="cp-async",
+            checkpoint_sequence=0,
+            pending=None,
+            observed_tail=[],
+            timeout_s=30.0,
+        )
+
+    outcome = asyncio.run(scenario())
+    assert isinstance(outcome, ContinueWithoutReplay)
+    assert outcome.reason is Reason.NO_PENDING_WRITE

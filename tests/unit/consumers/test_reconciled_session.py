@@ -108,3 +108,26 @@ def test_sdk_gap_8_a_held_batch_dropped_by_a_detached_run_is_reported_and_alerte
         assert last.operator_action
 
     asyncio.run(scenario())
+
+
+def test_binding_follows_the_store_like_the_sdk(tmp_path: Path) -> None:
+    from agents import SQLiteSession
+    from agents.memory import OpenAIConversationsSession
+
+    from consumers.agents_session import ReconciledSession
+
+    world = fold_world(tmp_path)
+    client = world.client("r")
+    fenced = world.session("s1", client)
+    assert fenced.binding.store_enforces_fence
+    assert not fenced.binding.ignore_ids
+    plain = ReconciledSession(SQLiteSession("s2"), client, backend_id="sqlite")
+    assert not plain.binding.store_enforces_fence
+    conversations = ReconciledSession(
+        OpenAIConversationsSession(conversation_id="conv_1", openai_client=object()),  # type: ignore[arg-type]
+        client,
+        backend_id="openai",
+    )
+    assert conversations.binding.ignore_ids
+    assert conversations.binding.chunk_size == 20
+    assert conversations._ignore_ids_for_matching  # what the SDK reads on the wrapper
