@@ -37,7 +37,13 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(names.acks, n, plain),
         TopicSpec(names.resumes, n, plain),
         TopicSpec(names.decisions, n, plain),
-        TopicSpec(names.dead_letters, n, {"cleanup.policy": "delete", "retention.ms": "-1"}),
+        # A dead letter keeps the refused value verbatim (up to the codec's 1 MiB record limit)
+        # plus its position and reason, so it may be larger than the broker's default limit.
+        TopicSpec(
+            names.dead_letters,
+            n,
+            {"cleanup.policy": "delete", "retention.ms": "-1", "max.message.bytes": "2200000"},
+        ),
         TopicSpec(
             names.changelog,
             n,

@@ -316,9 +316,9 @@ def bench_latency(bootstrap: str, rate: int, seconds: int, commit_ms: int) -> tu
 def bench_restore(bootstrap: str, sessions: int) -> None:
     settings = fresh_settings(bootstrap, commit_ms=200)
     changelog = f"{settings.topic_prefix}restore-changelog"
-    AdminClient(settings.client_config()).create_topics(
-        [NewTopic(changelog, 1, 1, config={"cleanup.policy": "compact"})]
-    )[changelog].result()
+    admin = AdminClient(settings.client_config())  # must outlive its futures
+    created = admin.create_topics([NewTopic(changelog, 1, 1, config={"cleanup.policy": "compact"})])
+    created[changelog].result()
     producer = Producer(settings.client_config(**{"linger.ms": 50, "batch.size": 1_000_000}))
     value = encode_state(SessionState(session_id="x" * 12))
     for n in range(sessions):

@@ -117,6 +117,7 @@ class Engine:
             "acks": "all",
             "partitioner": "murmur2_random",
             "linger.ms": 5,
+            "message.max.bytes": 2_200_000,  # dead letters carry a refused value verbatim
         }
         producer = Producer(s.client_config(**producer_config))
         self._retry(lambda: producer.init_transactions(KAFKA_CALL_TIMEOUT_S), "init_transactions")

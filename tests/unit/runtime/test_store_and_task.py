@@ -1,0 +1,92 @@
+"""The local store and the partition task without Kafka: atomic writes, the offset kept with
+the states, commit/abort of the write cache (COMMIT_PROTOCOL.md steps 2, 3, 6 and abort)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.core.events import AckOutcome, Verdict
+from engine.runtime.state_codec import StateFormatError, decode_state
+from engine.runtime.store import NO_OFFSET, LocalStore, StoreWrite
+from engine.runtime.task import PartitionTask, parse_pending_header, pending_header
+from tests.unit.core.builders import ack, call, intent, msg, out, record, resume
+
+U, C, OUT = msg("u"), call("c1"), out("c1")
+
+
+def test_store_keeps_states_and_offset_together(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "p0.sqlite")
+    assert store.changelog_offset() == NO_OFFSET
+    store.apply([StoreWrite("a", b"1", "PENDING", 5), StoreWrite("b", b"2")], changelog_offset=7)
+    assert (store.get("a"), store.get("b"), store.changelog_offset()) == (b"1", b"2", 7)
+    assert store.pending_summary() == {"PENDING": (1, 5)}
+    store.apply([StoreWrite("a", None)], changelog_offset=9)
+    assert store.get("a") is None
+    store.close()
+    reopened = LocalStore(tmp_path / "p0.sqlite")
+    assert (reopened.get("b"), reopened.changelog_offset(), reopened.count()) == (b"2", 9, 1)
+
+
+def test_a_failing_write_batch_changes_nothing(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "p0.sqlite")
+    store.apply([StoreWrite("a", b"1")], changelog_offset=1)
+
+    def broken() -> list[StoreWrite]:
+        raise RuntimeError("disk gone")
+
+    class Exploding:
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            yield StoreWrite("a", b"2")
+            yield from broken()
+
+    with pytest.raises(RuntimeError):
+        store.apply(Exploding(), changelog_offset=2)
+    assert (store.get("a"), store.changelog_offset()) == (b"1", 1)
+
+
+def test_commit_persists_and_abort_forgets(tmp_path: Path) -> None:
+    task = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
+    task.fold(intent("e1", [OUT], [U, C]), offset=0)
+    records = task.changelog_records()  # step 3
+    assert [w.session_id for w in records] == ["s1"]
+    assert records[0].pending_status == "PENDING"
+    task.changelog_high = 41  # as the delivery reports would say
+    task.persist()  # step 6
+    assert task.store.changelog_offset() == 41
+    stored = task.store.get("s1")
+    assert stored is not None
+    assert decode_state(stored).slot is not None
+
+    _, decisions = task.fold(ack("e2", AckOutcome.COMMITTED), offset=1)
+    assert decisions[0].verdict is Verdict.RECORDED
+    task.discard()  # abort: the ack is forgotten, the committed intent stays
+    state = task.state_of("s1")
+    assert state is not None
+    assert state.slot is not None
+    assert state.slot.status == "PENDING"
+
+
+def test_replaying_after_abort_gives_the_same_decisions(tmp_path: Path) -> None:
+    task = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
+    task.fold(intent("e1", [OUT], [U, C]), offset=0)
+    task.changelog_records()
+    task.persist()
+    event = resume("e3", record([OUT], [U, C]), [U, C, OUT])
+    _, first = task.fold(event, offset=5)
+    task.discard()
+    _, again = task.fold(event, offset=5)
+    assert first == again
+    assert first[0].verdict is Verdict.CONTINUE
+
+
+def test_pending_header_round_trip() -> None:
+    (header,) = pending_header(StoreWrite("s", b"", "HELD", 1234))
+    assert parse_pending_header(header[1]) == ("HELD", 1234)
+    assert pending_header(StoreWrite("s", b"")) == []
+
+
+def test_unreadable_state_names_the_fix() -> None:
+    with pytest.raises(StateFormatError, match="rebuild the partition"):
+        decode_state(b"\x00garbage")
