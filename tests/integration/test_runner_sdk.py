@@ -139,6 +139,27 @@ def test_partial_commit_is_withheld_and_history_is_left_alone(world: World) -> N
     asyncio.run(scenario())
 
 
+def test_sdk_gap_9_partial_evidence_is_remembered_after_the_prefix_vanishes(world: World) -> None:
+    async def scenario() -> None:
+        sid, effects = new_sid("gap9"), Effects()
+        session = world.session(sid, world.client("runner-a"))
+        agent, state = await park_for_approval(session, effects, 7, 8)
+        checkpoint = await crash_on_resumed_append(session, agent, state, "partial")
+        with pytest.raises(ContinuationWithheldError):
+            await restore_and_finish(world, sid, checkpoint, effects)
+        # Someone removes the written prefix: the tail now looks unchanged to the SDK.
+        await FencedSQLiteSession(sid, world.tmp / f"{sid}.db").pop_item()
+        with pytest.raises(ContinuationWithheldError) as caught:
+            await restore_and_finish(world, sid, checkpoint, effects, runner="runner-c")
+        assert caught.value.reason is Reason.SESSION_AMBIGUOUS
+        assert effects.charges == [7, 8]
+        assert [i.get("type") for i in await history(sid, world.tmp)].count(
+            "function_call_output"
+        ) == 0
+
+    asyncio.run(scenario())
+
+
 def test_foreign_writer_extending_history_is_withheld(world: World) -> None:
     async def scenario() -> None:
         sid, effects = new_sid("foreign"), Effects()

@@ -52,3 +52,6 @@ test_held_park_rides_then_settles_once_and_a_second_copy_is_withheld = (
 test_held_settle_that_fails_is_granted_once_on_the_next_resume = (
     scenarios.test_held_settle_that_fails_is_granted_once_on_the_next_resume
 )
+test_sdk_gap_9_partial_evidence_is_remembered_after_the_prefix_vanishes = (
+    scenarios.test_sdk_gap_9_partial_evidence_is_remembered_after_the_prefix_vanishes
+)
