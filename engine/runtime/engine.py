@@ -153,8 +153,11 @@ class Engine:
 
     def _loop(self, clients: _Clients) -> None:
         last_commit = time.monotonic()
+        # consume() waits for a full batch or the timeout: keep the wait well under the commit
+        # interval, or a quiet topic adds the whole timeout to every decision's latency.
+        wait_s = min(0.1, self.settings.commit_interval_ms / 2000)
         while not self._stopping:
-            messages = clients.consumer.consume(CONSUME_BATCH, timeout=0.1)
+            messages = clients.consumer.consume(CONSUME_BATCH, timeout=wait_s)
             try:
                 for message in messages:
                     self._handle(clients, message)

@@ -125,6 +125,18 @@ def test_bad_input_goes_to_dead_letters_and_good_input_is_decided(
         seen = read_decisions(kafka_bootstrap, settings, until=len(good))
         letters = read_dead_letters(kafka_bootstrap, settings, until=len(bad))
         assert engine.tasks, "the engine kept running with its tasks"
+        registry = engine.metrics.registry
+        assert (
+            registry.get_sample_value("reconciler_dead_letters_total", {"reason": "BAD_MAGIC"}) == 1
+        )
+        assert (
+            registry.get_sample_value(
+                "reconciler_decisions_total", {"verdict": "CONTINUE", "reason": "COMMITTED"}
+            )
+            == 1
+        )
+        assert (registry.get_sample_value("reconciler_ready") or 0) == 1
+        assert (registry.get_sample_value("reconciler_decision_latency_seconds_count") or 0) >= 3
     assert answered(seen, good)
     assert final_answer(seen, "good/e3").verdict is Verdict.CONTINUE
     assert len(letters) == len(bad)
