@@ -256,14 +256,16 @@ def _accepted(state: SessionState, event: IntentEvent, slot: IntentSlot) -> Sess
     previous = (
         state.slot.intent_id if state.slot and state.slot.intent_id != slot.intent_id else None
     )
-    state = _with(
+    # One copy: the lease renewal (`_renew`) is folded into the same update.
+    return _with(
         state,
         slot=slot,
         previous_intent_id=previous or state.previous_intent_id,
         progress_sequence=max(state.progress_sequence, event.sequence),
         binding=state.binding or event.binding,
+        holder=event.runner_id,
+        lease_expires_ms=max(state.lease_expires_ms or 0, event.event_time_ms + LEASE_MS),
     )
-    return _renew(state, event.runner_id, event.event_time_ms)
 
 
 def _register(state: SessionState, event: IntentEvent) -> tuple[SessionState, Decision]:
@@ -472,7 +474,11 @@ def _apply_parked(state: SessionState, intent_id: str) -> tuple[SessionState, li
         if p.resume.pending and p.resume.pending.intent_id == intent_id
     ]
     if waiting:
-        rest = [p for p in state.parked_resumes if p not in waiting]
+        rest = [
+            p
+            for p in state.parked_resumes
+            if not (p.resume.pending and p.resume.pending.intent_id == intent_id)
+        ]
         state = _with(state, parked_resumes=rest)
         for parked in waiting:
             state, decision = _evaluate_resume(state, parked.resume, parked.position, "/final")
@@ -662,11 +668,15 @@ def _reconcile(
                 alert=True,
                 observed=observed,
             )
-        committed = _with(state, slot=slot.model_copy(update={"status": SlotStatus.COMMITTED}))
-        return _grant(committed, event, position, Verdict.CONTINUE, Reason.COMMITTED, cls, suffix)
+        committed = slot.model_copy(update={"status": SlotStatus.COMMITTED})
+        return _grant(
+            state, event, position, Verdict.CONTINUE, Reason.COMMITTED, cls, suffix, committed
+        )
     if cls is Classification.UNCHANGED:
-        granted = _with(state, slot=slot.model_copy(update={"status": SlotStatus.APPEND_GRANTED}))
-        return _grant(granted, event, position, Verdict.APPEND_ONCE, Reason.UNCHANGED, cls, suffix)
+        granted = slot.model_copy(update={"status": SlotStatus.APPEND_GRANTED})
+        return _grant(
+            state, event, position, Verdict.APPEND_ONCE, Reason.UNCHANGED, cls, suffix, granted
+        )
     reason = Reason.PARTIAL_COMMIT if cls is Classification.PARTIAL else Reason.AMBIGUOUS
     new_slot = slot.model_copy(
         update={"partial_seen": slot.partial_seen or cls is Classification.PARTIAL}
@@ -686,10 +696,14 @@ def _grant(
     reason: Reason,
     classification: Classification,
     suffix: str,
+    slot: IntentSlot | None = None,
 ) -> tuple[SessionState, Decision]:
+    """Grant authority; ``slot`` (if given) replaces the session's slot in the same update."""
     fence = max(state.fence_token + 1, position)
+    changes: dict[str, Any] = {} if slot is None else {"slot": slot}
     state = _with(
         state,
+        **changes,
         holder=event.runner_id,
         fence_token=fence,
         lease_expires_ms=event.event_time_ms + LEASE_MS,

@@ -7,7 +7,6 @@ lives here, so the codec stays the single gate between bytes and the fold.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel
@@ -37,7 +36,46 @@ def size_violation(record: Any, limits: WireLimits) -> str | None:
         "observed_tail": limits.max_digests_per_tail,
         "trail": limits.max_trail_entries,
     }
-    max_string = limits.max_string_length
+    # Almost every record fits: a quick exact yes/no first, and only on a "no" the ordered walk
+    # that names the same first violation the codec has always reported.
+    if _fits("record", record, list_limits, limits.max_string_length):
+        return None
+    return _first_violation(record, list_limits, limits.max_string_length)
+
+
+# What fastavro hands back besides str, dict and list; anything else takes the ordered walk.
+_SCALARS = frozenset({int, bool, float, bytes, type(None)})
+
+
+def _fits(name: str, value: Any, list_limits: dict[str, int], max_string: int) -> bool:
+    """True when no string, and no list bounded by its field name, is over its limit."""
+    kind = type(value)
+    if kind is str:
+        return len(value) <= max_string
+    if kind is dict:
+        for key, child in value.items():
+            kind = type(child)
+            if kind is str:
+                if len(child) > max_string:
+                    return False
+            elif kind not in _SCALARS and not _fits(key, child, list_limits, max_string):
+                return False
+        return True
+    if kind is list:
+        bound = list_limits.get(name)
+        if bound is not None and len(value) > bound:
+            return False
+        for child in value:
+            if type(child) is str:
+                if len(child) > max_string:
+                    return False
+            elif not _fits(name, child, list_limits, max_string):
+                return False
+        return True
+    return kind in _SCALARS
+
+
+def _first_violation(record: Any, list_limits: dict[str, int], max_string: int) -> str | None:
     # Iterative walk (records nest a few levels, lists are long): (field name, value) pairs.
     stack: list[tuple[str, Any]] = [("record", record)]
     while stack:
@@ -57,7 +95,8 @@ def size_violation(record: Any, limits: WireLimits) -> str | None:
 
 def semantic_violation(model: BaseModel) -> str | None:
     """The first range or shape rule the validated model breaks, or None."""
-    for problem in _generic_problems(model):
+    problem = _generic_problem(model)
+    if problem is not None:
         return problem
     if isinstance(model, IntentEvent):
         if model.kind is not IntentKind.DISCARD and not model.items:
@@ -82,19 +121,20 @@ def _pending_problem(pending: PendingRecord) -> str | None:
     return None
 
 
-def _generic_problems(model: BaseModel) -> Iterator[str]:
+def _generic_problem(model: BaseModel) -> str | None:
     fields = vars(model)  # plain dict lookups: getattr on a missing name is slow in pydantic
     for name in _NON_EMPTY:
         value = fields.get(name)
         if isinstance(value, str) and not value.strip():
-            yield f"{name} must not be empty"
+            return f"{name} must not be empty"
     for name in _NON_NEGATIVE:
         value = fields.get(name)
         if isinstance(value, int) and value < 0:
-            yield f"{name} must not be negative (got {value})"
+            return f"{name} must not be negative (got {value})"
     binding = fields.get("binding")
     if isinstance(binding, Binding):
         if binding.chunk_size is not None and binding.chunk_size <= 0:
-            yield "binding.chunk_size must be positive or null"
+            return "binding.chunk_size must be positive or null"
         if not binding.backend_id.strip():
-            yield "binding.backend_id must not be empty"
+            return "binding.backend_id must not be empty"
+    return None
