@@ -6,7 +6,9 @@ The loop follows COMMIT_PROTOCOL.md step by step; `Step` names appear in the log
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -29,7 +31,7 @@ from engine.core.events import Decision, Event
 from engine.runtime.ingest import Ingest, Rejected
 from engine.runtime.metrics import EngineMetrics
 from engine.runtime.protocol import Step
-from engine.runtime.restore import restore_partition
+from engine.runtime.restore import restore_partitions
 from engine.runtime.store import LocalStore
 from engine.runtime.task import PartitionTask, pending_header
 from engine.settings import Settings
@@ -38,8 +40,11 @@ from engine.wire import Codec
 log = logging.getLogger("reconciler.engine")
 
 CONSUME_BATCH = 1_000
-KAFKA_CALL_TIMEOUT_S = 30.0
-RETRIES = 5
+# Retries of one transactional call stay well under max.poll.interval.ms (60 s): past them the
+# producer is recreated instead of blocking the loop.
+KAFKA_CALL_TIMEOUT_S = 10.0
+RETRIES = 3
+RETRY_S = 2.0
 
 
 class _RejoinError(Exception):
@@ -70,6 +75,7 @@ class Engine:
         self.tasks: dict[int, PartitionTask] = {}
         self._assigned: set[tuple[str, int]] = set()
         self._stopping = False
+        self._rejoin_requested = False
         self._clients: _Clients | None = None
         self._txn_open = False
         self._txn_started = 0.0
@@ -85,21 +91,29 @@ class Engine:
         def on_term(signum: int, frame: FrameType | None) -> None:
             if self._stopping:
                 log.warning("second signal %s: exiting at once", signum)
-                raise SystemExit(128 + signum)
+                os._exit(128 + signum)  # the open transaction is aborted by the next start
             log.info("signal %s: draining, committing and leaving the group", signum)
             self._stopping = True
 
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
+        faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` dumps every thread's stack
 
     def run(self) -> None:
         """The outer loop: a fatal error recreates the clients and rejoins; stop() ends it."""
         while not self._stopping:
-            self._clients = self._create_clients()
+            try:
+                self._clients = self._create_clients()
+            except KafkaException as exc:
+                log.error("cannot start the Kafka clients (%s); retrying in %.0fs", exc, RETRY_S)
+                time.sleep(RETRY_S)
+                continue
             try:
                 self._loop(self._clients)
                 self._drain(self._clients)
-            except _RejoinError as exc:
+            except (_RejoinError, KafkaException, TimeoutError) as exc:
+                # Fatal or unclassified (librdkafka: treat as fatal), or a restore that could not
+                # finish: drop every task and rejoin with new clients.
                 self.metrics.aborts.labels(kind="fatal").inc()
                 log.error("fatal Kafka error, recreating clients and rejoining: %s", exc)
                 self._drop_all_tasks()
@@ -157,6 +171,9 @@ class Engine:
         # interval, or a quiet topic adds the whole timeout to every decision's latency.
         wait_s = min(0.1, self.settings.commit_interval_ms / 2000)
         while not self._stopping:
+            if self._rejoin_requested:
+                self._rejoin_requested = False
+                raise _RejoinError("the assignment was lost")
             messages = clients.consumer.consume(CONSUME_BATCH, timeout=wait_s)
             try:
                 for message in messages:
@@ -346,6 +363,7 @@ class Engine:
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
                 if error.retriable() and attempt < RETRIES - 1:
+                    log.warning("step %s: retriable error, retrying: %s", step, error)
                     time.sleep(0.1 * (attempt + 1))
                     continue
                 if error.txn_requires_abort():
@@ -394,20 +412,27 @@ class Engine:
             timeout=KAFKA_CALL_TIMEOUT_S,
         )
         started = time.monotonic()
-        for p in complete:  # A2
-            store = LocalStore(self._state_root / f"p{p}.sqlite")
-            report = restore_partition(
-                self.settings.client_config(), self.topics.changelog, p, store
+        stores = {p: LocalStore(self._state_root / f"p{p}.sqlite") for p in complete}
+        try:
+            reports = restore_partitions(  # A2
+                self.settings.client_config(), self.topics.changelog, stores
             )
+        except (KafkaException, TimeoutError):
+            for store in stores.values():
+                store.close()
+            raise
+        for report in reports:
             log.info(
                 "step %s: partition %d restored %d changelog records in %.2fs%s",
                 Step.RESTORE_DELTA,
-                p,
+                report.partition,
                 report.records,
                 report.seconds,
                 " (local store wiped: changelog recreated)" if report.wiped else "",
             )
-            self.tasks[p] = PartitionTask(partition=p, store=store)  # A3
+            self.tasks[report.partition] = PartitionTask(  # A3
+                partition=report.partition, store=stores[report.partition]
+            )
         self.metrics.restore_seconds.observe(time.monotonic() - started)
         self.metrics.sessions.set(sum(t.store.count() for t in self.tasks.values()))
         self.metrics.set_ready(True)
@@ -429,7 +454,10 @@ class Engine:
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels(kind="lost").inc()
-        log.warning("assignment lost: aborting without committing")
+        log.warning("assignment lost: aborting without committing, then rejoining")
+        # Observed after a broker restart: the same producer's next send_offsets_to_transaction
+        # blocked past its timeout. New clients after a lost assignment avoid that state.
+        self._rejoin_requested = True
         if self._clients is not None and self._txn_open:
             with contextlib.suppress(_RejoinError):
                 self._abort(self._clients, "assignment lost")

@@ -1,9 +1,15 @@
-"""Step A2: bring a task's local store up to the changelog's end, reading only the delta."""
+"""Step A2: bring the tasks' local stores up to the changelog's end, reading only the delta.
+
+One assigned (never subscribed) read_committed consumer restores every newly assigned partition
+at once, in batches; a partition is done at its end of partition (the last stable offset).
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -21,14 +27,13 @@ class RestoreReport:
     wiped: bool
 
 
-def restore_partition(
-    client_config: dict[str, str | int | float | bool],
+def restore_partitions(
+    client_config: Mapping[str, Any],
     changelog_topic: str,
-    partition: int,
-    store: LocalStore,
+    stores: Mapping[int, LocalStore],
     timeout_s: float = 120.0,
-) -> RestoreReport:
-    """Apply changelog records after the store's offset, in batches, with an assigned consumer."""
+) -> list[RestoreReport]:
+    """Apply the changelog records after each store's offset; one report per partition."""
     started = time.monotonic()
     consumer = Consumer(
         {
@@ -37,60 +42,80 @@ def restore_partition(
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
-            "fetch.max.bytes": 52_428_800,
+            "fetch.wait.max.ms": 50,
         }
     )
     try:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(changelog_topic, partition), timeout=30, cached=False
-        )
-        stored = store.changelog_offset()
-        wiped = False
-        if stored != NO_OFFSET and (stored >= high or stored + 1 < low):
-            # The changelog was recreated, or compaction/retention left a gap we cannot see past.
-            store.wipe()
-            stored, wiped = NO_OFFSET, True
-        start = stored + 1 if stored != NO_OFFSET else OFFSET_BEGINNING
-        if stored != NO_OFFSET and stored + 1 >= high:
-            return RestoreReport(partition, 0, time.monotonic() - started, wiped)
-        consumer.assign([TopicPartition(changelog_topic, partition, start)])
-        count = 0
-        last = stored
+        wiped: set[int] = set()
+        pending: set[int] = set()
+        assignment: list[TopicPartition] = []
+        for partition, store in stores.items():
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(changelog_topic, partition), timeout=30, cached=False
+            )
+            stored = store.changelog_offset()
+            if stored != NO_OFFSET and (stored >= high or stored + 1 < low):
+                # The changelog was recreated, or retention left a gap we cannot see past.
+                store.wipe()
+                stored = NO_OFFSET
+                wiped.add(partition)
+            if stored != NO_OFFSET and stored + 1 >= high:
+                continue  # nothing after our offset
+            start = stored + 1 if stored != NO_OFFSET else OFFSET_BEGINNING
+            assignment.append(TopicPartition(changelog_topic, partition, start))
+            pending.add(partition)
+        counts = dict.fromkeys(stores, 0)
+        if assignment:
+            consumer.assign(assignment)
         deadline = time.monotonic() + timeout_s
-        while True:
-            batch = consumer.consume(RESTORE_BATCH, timeout=0.1)
-            writes: list[StoreWrite] = []
-            at_end = False
-            for message in batch:
+        while pending:
+            writes: dict[int, list[StoreWrite]] = {}
+            last: dict[int, int] = {}
+            for message in consumer.consume(RESTORE_BATCH, timeout=0.05):
+                partition = message.partition() or 0
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        at_end = True
+                        pending.discard(partition)
                         continue
                     raise KafkaException(error)
                 key = message.key()
                 if key is None:
                     continue
-                status: str | None = None
-                since: int | None = None
-                headers = message.headers()
-                for name, value in headers if isinstance(headers, list) else []:
-                    if name == PENDING_HEADER and isinstance(value, bytes):
-                        status, since = parse_pending_header(value)
-                writes.append(StoreWrite(key.decode(), message.value(), status, since))
-                last = max(last, message.offset() or 0)
-            if writes:
-                store.apply(writes, last)
-                count += len(writes)
-            position = consumer.position([TopicPartition(changelog_topic, partition)])[0].offset
-            if at_end or position >= high:
-                break
-            if time.monotonic() > deadline:
+                writes.setdefault(partition, []).append(_store_write(key, message))
+                last[partition] = max(last.get(partition, -1), message.offset() or 0)
+            for partition, batch in writes.items():
+                stores[partition].apply(batch, last[partition])
+                counts[partition] += len(batch)
+            if pending and time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"restoring {changelog_topic}[{partition}] did not reach the end in "
-                    f"{timeout_s:.0f}s ({count} records applied); an open transaction may hold "
-                    "the last stable offset back. It is retried on the next assignment."
+                    f"restoring {changelog_topic} partitions {sorted(pending)} did not reach the "
+                    f"end in {timeout_s:.0f}s; an open transaction may hold the last stable offset "
+                    "back. The engine rejoins and restores again."
                 )
-        return RestoreReport(partition, count, time.monotonic() - started, wiped)
+        elapsed = time.monotonic() - started
+        return [RestoreReport(p, counts[p], elapsed, p in wiped) for p in stores]
     finally:
         consumer.close()
+
+
+def restore_partition(
+    client_config: Mapping[str, Any],
+    changelog_topic: str,
+    partition: int,
+    store: LocalStore,
+    timeout_s: float = 120.0,
+) -> RestoreReport:
+    """One partition (the benchmark's entry point)."""
+    (report,) = restore_partitions(client_config, changelog_topic, {partition: store}, timeout_s)
+    return report
+
+
+def _store_write(key: bytes, message: Any) -> StoreWrite:
+    status: str | None = None
+    since: int | None = None
+    headers = message.headers()
+    for name, value in headers if isinstance(headers, list) else []:
+        if name == PENDING_HEADER and isinstance(value, bytes):
+            status, since = parse_pending_header(value)
+    return StoreWrite(key.decode(), message.value(), status, since)
