@@ -12,7 +12,14 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from engine.core.events import Decision, RepairEvent, RepairResolution
 from engine.core.state import SessionState
@@ -41,7 +48,7 @@ def _read_partition(settings: Settings, topic: str, partition: int) -> Iterator[
             }
         )
     )
-    consumer.assign([TopicPartition(topic, partition, 0)])
+    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
     deadline = time.monotonic() + READ_TIMEOUT_S
     try:
         while time.monotonic() < deadline:

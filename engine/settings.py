@@ -21,7 +21,9 @@ from engine.errors import ConfigError
 
 ENV_PREFIX = "RECONCILER_"
 KAFKA_ENV_PREFIX = "RECONCILER_KAFKA__"
-_SECRET_MARKERS = ("password", "secret", "token", "key")
+# librdkafka settings whose values are secrets: passwords, keys, tokens, sasl.jaas.config,
+# sasl.oauthbearer.config (it carries client secrets).
+_SECRET_MARKERS = ("password", "secret", "token", "key", "config", "jaas", "credential")
 
 
 class TopicNames(BaseModel):
@@ -101,6 +103,19 @@ class Settings(BaseModel):
         return data
 
 
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """`[kafka]` with nested TOML tables (`sasl.password = ...` parses as `{"sasl": {...}}`)
+    becomes flat librdkafka keys: {"sasl.password": "..."}."""
+    flat: dict[str, str] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    return flat
+
+
 def load_settings(
     path: Path | None = None,
     environ: Mapping[str, str] | None = None,
@@ -117,7 +132,7 @@ def load_settings(
                 f"cannot read settings file {path}: {exc}.",
                 "pass an existing TOML file with --config.",
             ) from exc
-    kafka = {str(k): str(v) for k, v in raw.pop("kafka", {}).items()}
+    kafka = _flatten(raw.pop("kafka", {}))
     for name in Settings.model_fields:
         value = env.get(f"{ENV_PREFIX}{name.upper()}")
         if value is not None and name != "kafka":

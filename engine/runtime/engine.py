@@ -10,6 +10,7 @@ import faulthandler
 import logging
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from engine.runtime.ingest import Ingest, Rejected
 from engine.runtime.metrics import EngineMetrics
 from engine.runtime.protocol import Step
 from engine.runtime.restore import restore_partitions
+from engine.runtime.state_codec import StateFormatError
 from engine.runtime.store import LocalStore
 from engine.runtime.task import PartitionTask, pending_header
 from engine.settings import Settings
@@ -40,10 +42,12 @@ from engine.wire import Codec
 log = logging.getLogger("reconciler.engine")
 
 CONSUME_BATCH = 1_000
-# Retries of one transactional call stay well under max.poll.interval.ms (60 s): past them the
-# producer is recreated instead of blocking the loop.
 KAFKA_CALL_TIMEOUT_S = 10.0
 RETRIES = 3
+# Steps 3-5 share one deadline, well under max.poll.interval.ms (60 s): past it the producer is
+# recreated instead of the loop blocking until the group evicts this member.
+COMMIT_BUDGET_S = 40.0
+MAX_POLL_INTERVAL_MS = 60_000
 RETRY_S = 2.0
 
 
@@ -76,6 +80,9 @@ class Engine:
         self._assigned: set[tuple[str, int]] = set()
         self._stopping = False
         self._rejoin_requested = False
+        # Next offset to fold per input partition of a ready task: what step 4 commits, and the
+        # guard against records fetched before a rebalance and delivered after it.
+        self._next: dict[tuple[str, int], int] = {}
         self._clients: _Clients | None = None
         self._txn_open = False
         self._txn_started = 0.0
@@ -117,6 +124,13 @@ class Engine:
                 self.metrics.aborts.labels(kind="fatal").inc()
                 log.error("fatal Kafka error, recreating clients and rejoining: %s", exc)
                 self._drop_all_tasks()
+            except (StateFormatError, sqlite3.Error) as exc:
+                # Unreadable state or a failing local disk: not Kafka's fault, and retrying at
+                # once would fail the same way. Stay up (metrics, probes) and retry slowly.
+                self.metrics.aborts.labels(kind="state").inc()
+                log.error("local state failure, rejoining in %.0fs: %s", RETRY_S * 5, exc)
+                self._drop_all_tasks()
+                time.sleep(RETRY_S * 5)
             finally:
                 self._close(self._clients)
                 self._clients = None
@@ -141,7 +155,7 @@ class Engine:
             "partition.assignment.strategy": "range",
             "session.timeout.ms": s.session_timeout_ms,
             "heartbeat.interval.ms": max(250, s.session_timeout_ms // 6),
-            "max.poll.interval.ms": 60_000,
+            "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -171,10 +185,10 @@ class Engine:
         # interval, or a quiet topic adds the whole timeout to every decision's latency.
         wait_s = min(0.1, self.settings.commit_interval_ms / 2000)
         while not self._stopping:
-            if self._rejoin_requested:
-                self._rejoin_requested = False
-                raise _RejoinError("the assignment was lost")
             messages = clients.consumer.consume(CONSUME_BATCH, timeout=wait_s)
+            if self._rejoin_requested:  # set by a callback that ran inside consume()
+                self._rejoin_requested = False
+                raise _RejoinError("the assignment was lost or a revoke-time commit failed")
             try:
                 for message in messages:
                     self._handle(clients, message)
@@ -200,10 +214,14 @@ class Engine:
             log.warning("consumer error (librdkafka retries): %s", error)
             return
         topic, partition = message.topic() or "", message.partition() or 0
+        offset = message.offset() or 0
         task = self.tasks.get(partition)
         if task is None:  # a partition of an incomplete task; it is paused, this is a leftover
             return
+        if offset < self._next.get((topic, partition), 0):
+            return  # fetched before a rebalance or a rewind and already folded since
         self._begin(clients)
+        self._next[(topic, partition)] = offset + 1
         outcome = self.ingest.accept(message)
         if isinstance(outcome, Rejected):
             self._produce(clients, self.topics.dead_letters, message.key(), outcome.payload)
@@ -211,7 +229,7 @@ class Engine:
             return
         event: Event = outcome
         self.metrics.events.labels(topic=topic, kind=self.ingest.kind_of(event)).inc()
-        before, decisions = task.fold(event, message.offset() or 0)
+        before, decisions = task.fold(event, offset)
         self.metrics.observe_fold(before, task.cache[event.session_id], decisions)
         source = f"{topic}/{partition}/{message.offset()}".encode()
         for decision in decisions:
@@ -261,7 +279,7 @@ class Engine:
     def _begin(self, clients: _Clients) -> None:
         if self._txn_open:
             return
-        self._txn_call(clients, clients.producer.begin_transaction, Step.BEGIN)
+        self._txn_call(lambda _: clients.producer.begin_transaction(), Step.BEGIN)
         self._txn_open = True
         self._txn_started = time.monotonic()
 
@@ -270,6 +288,7 @@ class Engine:
         if not self._txn_open:
             return
         committing = tasks if tasks is not None else list(self.tasks.values())
+        deadline = time.monotonic() + COMMIT_BUDGET_S
         try:
             for task in committing:  # step 3
                 for write in task.changelog_records():
@@ -282,23 +301,18 @@ class Engine:
                         headers=pending_header(write),
                         on_delivery=self._changelog_delivered(task),
                     )
-            self._txn_call(clients, lambda: self._flush(clients), Step.OFFSETS)  # step 4
-            positions = self._positions(clients.consumer)
+            self._txn_call(lambda t: self._flush(clients, t), Step.OFFSETS, deadline)  # step 4
+            positions = self._positions()
             if positions:
+                metadata = clients.consumer.consumer_group_metadata()
                 self._txn_call(
-                    clients,
-                    lambda: clients.producer.send_offsets_to_transaction(
-                        positions,
-                        clients.consumer.consumer_group_metadata(),
-                        KAFKA_CALL_TIMEOUT_S,
-                    ),
+                    lambda t: clients.producer.send_offsets_to_transaction(positions, metadata, t),
                     Step.OFFSETS,
+                    deadline,
                 )
             started = time.monotonic()
             self._txn_call(  # step 5
-                clients,
-                lambda: clients.producer.commit_transaction(KAFKA_CALL_TIMEOUT_S),
-                Step.COMMIT,
+                lambda t: clients.producer.commit_transaction(t), Step.COMMIT, deadline
             )
         except _AbortableError as exc:
             self._abort(clients, str(exc))
@@ -313,8 +327,8 @@ class Engine:
             task.persist()
         self.metrics.sessions.set(sum(t.store.count() for t in self.tasks.values()))
 
-    def _flush(self, clients: _Clients) -> None:
-        remaining = clients.producer.flush(KAFKA_CALL_TIMEOUT_S)
+    def _flush(self, clients: _Clients, timeout_s: float) -> None:
+        remaining = clients.producer.flush(timeout_s)
         if remaining:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{remaining} undelivered"))
 
@@ -326,11 +340,14 @@ class Engine:
 
         return delivered
 
-    def _positions(self, consumer: Consumer) -> list[TopicPartition]:
-        ready = [TopicPartition(topic, p) for p in self.tasks for topic in self.topics.inputs]
-        if not ready:
-            return []
-        return [tp for tp in consumer.position(ready) if tp.offset >= 0]
+    def _positions(self) -> list[TopicPartition]:
+        """Step 4's offsets: the next record to fold, never the consumer's fetch position
+        (a rebalance callback can run while consume() holds records not yet folded)."""
+        return [
+            TopicPartition(topic, p, offset)
+            for (topic, p), offset in self._next.items()
+            if p in self.tasks
+        ]
 
     def _abort(self, clients: _Clients, why: str) -> None:
         """Abortable error: abort, drop write caches, rewind inputs to committed offsets."""
@@ -353,16 +370,22 @@ class Engine:
         for tp in consumer.committed(wanted, timeout=KAFKA_CALL_TIMEOUT_S):
             offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
             consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+            self._next[(tp.topic, tp.partition)] = max(tp.offset, 0)
 
-    def _txn_call(self, clients: _Clients, call: Callable[[], object], step: Step) -> None:
-        """Run a transactional call under librdkafka's error classes."""
+    def _txn_call(
+        self, call: Callable[[float], object], step: Step, deadline: float | None = None
+    ) -> None:
+        """Run a transactional call (given its timeout) under librdkafka's error classes;
+        retriable errors are retried until `deadline`."""
+        deadline = deadline or time.monotonic() + KAFKA_CALL_TIMEOUT_S * RETRIES
         for attempt in range(RETRIES):
+            left = deadline - time.monotonic()
             try:
-                call()
+                call(max(1.0, min(KAFKA_CALL_TIMEOUT_S, left)))
                 return
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
-                if error.retriable() and attempt < RETRIES - 1:
+                if error.retriable() and attempt < RETRIES - 1 and left > 1.0:
                     log.warning("step %s: retriable error, retrying: %s", step, error)
                     time.sleep(0.1 * (attempt + 1))
                     continue
@@ -407,10 +430,13 @@ class Engine:
             return
         # A1: committed offsets are fetched with require_stable under read_committed, which
         # waits for a previous owner's pending transaction to finish.
-        consumer.committed(
+        settle_s = min(self.settings.transaction_timeout_ms / 1000 + 5, COMMIT_BUDGET_S)
+        committed = consumer.committed(
             [TopicPartition(t, p) for p in complete for t in self.topics.inputs],
-            timeout=KAFKA_CALL_TIMEOUT_S,
+            timeout=settle_s,
         )
+        for tp in committed:
+            self._next[(tp.topic, tp.partition)] = max(tp.offset, 0)
         started = time.monotonic()
         stores = {p: LocalStore(self._state_root / f"p{p}.sqlite") for p in complete}
         try:
@@ -439,16 +465,22 @@ class Engine:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels(kind="revoke").inc()
-        revoked = sorted({tp.partition for tp in partitions} & set(self.tasks))
         if self._clients is not None and self._txn_open:
             try:
                 self._commit(self._clients)  # a txn spans all tasks: commit all of them
             except _RejoinError as exc:
-                log.error("commit on revoke failed: %s", exc)
+                log.error("commit on revoke failed, rejoining with new clients: %s", exc)
+                with contextlib.suppress(KafkaException):
+                    self._clients.producer.abort_transaction(KAFKA_CALL_TIMEOUT_S)
                 self._drop_all_tasks()
-        for p in revoked:
-            self.tasks.pop(p).store.close()
+                self._rejoin_requested = True
+        for p in sorted({tp.partition for tp in partitions}):
+            task = self.tasks.pop(p, None)
+            if task is not None:
+                task.store.close()
         self._assigned -= {(tp.topic, tp.partition) for tp in partitions}
+        for tp in partitions:
+            self._next.pop((tp.topic, tp.partition), None)
         if not self.tasks:
             self.metrics.set_ready(False)
 
@@ -462,6 +494,8 @@ class Engine:
             with contextlib.suppress(_RejoinError):
                 self._abort(self._clients, "assignment lost")
         self._assigned -= {(tp.topic, tp.partition) for tp in partitions}
+        for tp in partitions:
+            self._next.pop((tp.topic, tp.partition), None)
         for p in sorted({tp.partition for tp in partitions} & set(self.tasks)):
             self.tasks.pop(p).store.close()
 
@@ -471,6 +505,7 @@ class Engine:
             task.store.close()
         self.tasks.clear()
         self._assigned.clear()
+        self._next.clear()
         self._txn_open = False
         self._txn_event_times.clear()
         self.metrics.set_ready(False)

@@ -31,7 +31,7 @@ def restore_partitions(
     client_config: Mapping[str, Any],
     changelog_topic: str,
     stores: Mapping[int, LocalStore],
-    timeout_s: float = 120.0,
+    timeout_s: float = 45.0,
 ) -> list[RestoreReport]:
     """Apply the changelog records after each store's offset; one report per partition."""
     started = time.monotonic()
@@ -51,7 +51,7 @@ def restore_partitions(
         assignment: list[TopicPartition] = []
         for partition, store in stores.items():
             low, high = consumer.get_watermark_offsets(
-                TopicPartition(changelog_topic, partition), timeout=30, cached=False
+                TopicPartition(changelog_topic, partition), timeout=10, cached=False
             )
             stored = store.changelog_offset()
             if stored != NO_OFFSET and (stored >= high or stored + 1 < low):

@@ -27,6 +27,23 @@ def test_file_then_environment_then_flags(tmp_path: Path) -> None:
     assert "hunter2" not in repr(settings.redacted())
 
 
+def test_nested_kafka_tables_flatten_and_secrets_never_show(tmp_path: Path) -> None:
+    config = tmp_path / "engine.toml"
+    config.write_text(
+        '[kafka]\nsasl.mechanism = "PLAIN"\nsasl.password = "hunter2"\n'
+        'sasl.oauthbearer.config = "clientSecret=s3cr3t"\n'
+        "enable.ssl.certificate.verification = true\n"
+    )
+    settings = load_settings(config, {})
+    assert settings.client_config()["sasl.password"] == "hunter2"
+    assert settings.client_config()["sasl.mechanism"] == "PLAIN"
+    assert settings.client_config()["enable.ssl.certificate.verification"] == "true"
+    shown = repr(settings.redacted())
+    assert "hunter2" not in shown
+    assert "s3cr3t" not in shown
+    assert "PLAIN" in shown
+
+
 def test_invalid_values_name_the_field() -> None:
     with pytest.raises(ConfigError, match="partitions"):
         load_settings(None, {"RECONCILER_PARTITIONS": "zero"})
