@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.errors import ConfigError
+from engine.wire.topics import DEFAULT_PREFIX, TopicNames
 
 ENV_PREFIX = "RECONCILER_"
 KAFKA_ENV_PREFIX = "RECONCILER_KAFKA__"
@@ -26,50 +27,13 @@ KAFKA_ENV_PREFIX = "RECONCILER_KAFKA__"
 _SECRET_MARKERS = ("password", "secret", "token", "key", "config", "jaas", "credential")
 
 
-class TopicNames(BaseModel):
-    """The topic names of the design, each behind one configurable prefix."""
-
-    model_config = ConfigDict(frozen=True)
-
-    prefix: str
-
-    @property
-    def intents(self) -> str:
-        return f"{self.prefix}intents"
-
-    @property
-    def acks(self) -> str:
-        return f"{self.prefix}acks"
-
-    @property
-    def resumes(self) -> str:
-        return f"{self.prefix}resumes"
-
-    @property
-    def decisions(self) -> str:
-        return f"{self.prefix}decisions"
-
-    @property
-    def changelog(self) -> str:
-        return f"{self.prefix}changelog"
-
-    @property
-    def dead_letters(self) -> str:
-        return f"{self.prefix}dead-letters"
-
-    @property
-    def inputs(self) -> tuple[str, str, str]:
-        """The co-partitioned input topics, in the order a task lists them."""
-        return (self.intents, self.acks, self.resumes)
-
-
 class Settings(BaseModel):
     """Everything the engine and the CLI need; validated once at start."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     bootstrap_servers: str = "127.0.0.1:9092"
-    topic_prefix: str = Field(default="reconciler.", pattern=r"^[A-Za-z0-9._-]*$")
+    topic_prefix: str = Field(default=DEFAULT_PREFIX, pattern=r"^[A-Za-z0-9._-]*$")
     partitions: int = Field(default=6, ge=1, le=10_000)
     replication_factor: int = Field(default=1, ge=1, le=10)
     group_id: str = "reconciler-engine"

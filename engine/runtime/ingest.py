@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from confluent_kafka import Message
 
 from engine.core.events import AckEvent, Event, IntentEvent, RepairEvent, ResumeEvent
-from engine.settings import TopicNames
 from engine.wire import Codec, DeadLetter, DecodeError, DecodeReason, RecordType, SourcePosition
 from engine.wire.partitioner import partition_for
+from engine.wire.topics import TopicNames
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from engine.core.events import (
     Reason,
     Verdict,
 )
-from engine.settings import TopicNames
+from engine.wire.topics import TopicNames
 
 BINDING = Binding(backend_id="sqlite", namespace="t")
 USER = {"role": "user", "content": "charge 7"}

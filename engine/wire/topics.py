@@ -1,0 +1,47 @@
+"""Topic names of the wire contract: every topic behind one configurable prefix.
+
+Shared by the engine (`engine.settings`) and the runner library (`consumers`), so both always
+agree on where records go. Records on every input topic are keyed by session id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "reconciler."
+
+
+@dataclass(frozen=True, slots=True)
+class TopicNames:
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def intents(self) -> str:
+        """Pending-write intents (and operator repair commands)."""
+        return f"{self.prefix}intents"
+
+    @property
+    def acks(self) -> str:
+        return f"{self.prefix}acks"
+
+    @property
+    def resumes(self) -> str:
+        return f"{self.prefix}resumes"
+
+    @property
+    def decisions(self) -> str:
+        return f"{self.prefix}decisions"
+
+    @property
+    def changelog(self) -> str:
+        """Engine-internal: compacted per-session state."""
+        return f"{self.prefix}changelog"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.prefix}dead-letters"
+
+    @property
+    def inputs(self) -> tuple[str, str, str]:
+        """The co-partitioned input topics, in the order a task lists them."""
+        return (self.intents, self.acks, self.resumes)
