@@ -9,6 +9,7 @@ Invariants the engine relies on, checked here before it starts:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
@@ -93,8 +94,16 @@ def create_topics(settings: Settings) -> list[str]:
                     raise TopicLayoutError(
                         f"creating topic {name} failed: {exc}.", "check the broker log and ACLs."
                     ) from exc
+        _await_metadata(admin, [spec.name for spec in missing])
     verify_topics(settings, admin)
     return [spec.name for spec in missing]
+
+
+def _await_metadata(admin: AdminClient, names: list[str]) -> None:
+    """A created topic can be missing from the next metadata answer for a moment."""
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    while not set(names) <= _describe(admin).keys() and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def verify_topics(settings: Settings, admin: AdminClient | None = None) -> None:
