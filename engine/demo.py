@@ -159,14 +159,11 @@ def case_events(case: Case, run: str, now_ms: int) -> list[list[Event]]:
 def _produce(settings: Settings, codec: Codec, events: list[Event]) -> None:
     producer = Producer(settings.client_config(partitioner="murmur2_random", acks="all"))
     for event in events:
-        topic = (
-            settings.topics.intents
-            if isinstance(event, IntentEvent | RepairEvent)
-            else settings.topics.acks
-            if isinstance(event, AckEvent)
-            else settings.topics.resumes
+        producer.produce(
+            settings.topics.topic_for(event),
+            key=event.session_id.encode(),
+            value=codec.encode(event),
         )
-        producer.produce(topic, key=event.session_id.encode(), value=codec.encode(event))
     producer.flush(30)
 
 

@@ -8,17 +8,12 @@ asks, and stops it at the end of the session. A failing kafka test prints the br
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Generator, Iterator
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tools"))
-
-import kafka_local  # noqa: E402
+from tools import kafka_local
 
 
 @pytest.fixture(scope="session")

@@ -26,18 +26,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from engine.core.digest import item_facts
-from engine.core.events import (
-    AckEvent,
-    AckOutcome,
-    AckSource,
-    Binding,
-    Event,
-    IntentEvent,
-    IntentKind,
-    PendingRecord,
-    ResumeEvent,
-)
+from engine.core.events import Event, ResumeEvent
+from engine.core.fold import replay
 from engine.core.state import SessionState
 from engine.runtime.restore import restore_partition
 from engine.runtime.state_codec import encode_state
@@ -45,57 +35,9 @@ from engine.runtime.store import LocalStore
 from engine.settings import Settings, load_settings
 from engine.topics import create_topics
 from engine.wire import Codec, RecordType
+from tools.bench_fold import BINDING, build_log, session_events
 
 CODEC = Codec()
-BINDING = Binding(backend_id="sqlite:bench", namespace="bench")
-ITEMS = [{"role": "user", "content": f"message {i}"} for i in range(12)]
-FACTS = [item_facts(item, ignore_ids=False) for item in ITEMS]
-
-
-def session_events(sid: str, t: int) -> list[Event]:
-    before, batch = [f.digest for f in FACTS[:2]], FACTS[2:4]
-    record = PendingRecord(intent_id="w1", items=batch, before=before, persisted_count=2)
-    return [
-        IntentEvent(
-            event_id=f"{sid}/i",
-            session_id=sid,
-            event_time_ms=t,
-            kind=IntentKind.REGISTER,
-            intent_id="w1",
-            runner_id="r1",
-            binding=BINDING,
-            before=before,
-            items=batch,
-            persisted_count=2,
-            sequence=1,
-        ),
-        AckEvent(
-            event_id=f"{sid}/a",
-            session_id=sid,
-            event_time_ms=t + 1,
-            intent_id="w1",
-            runner_id="r1",
-            outcome=AckOutcome.UNKNOWN,
-            source=AckSource.RUNNER,
-        ),
-        ResumeEvent(
-            event_id=f"{sid}/r",
-            session_id=sid,
-            event_time_ms=t + 70_000,
-            runner_id="r2",
-            checkpoint_id="c1",
-            binding=BINDING,
-            pending=record,
-            observed_tail=[f.digest for f in FACTS[:4]],
-            checkpoint_sequence=1,
-        ),
-    ]
-
-
-def topic_of(settings: Settings, event: Event) -> str:
-    if isinstance(event, IntentEvent):
-        return settings.topics.intents
-    return settings.topics.acks if isinstance(event, AckEvent) else settings.topics.resumes
 
 
 def produce_all(settings: Settings, events: list[Event]) -> None:
@@ -104,7 +46,7 @@ def produce_all(settings: Settings, events: list[Event]) -> None:
         while True:
             try:
                 producer.produce(
-                    topic_of(settings, event),
+                    settings.topics.topic_for(event),
                     key=event.session_id.encode(),
                     value=CODEC.encode(event),
                 )
@@ -184,13 +126,13 @@ def count_decisions(settings: Settings, expected: int, timeout_s: float = 600) -
 
 def bench_throughput(bootstrap: str, sessions: int) -> tuple[float, Settings, int]:
     settings = fresh_settings(bootstrap, commit_ms=200)
-    events = [e for n in range(sessions) for e in session_events(f"s{n}", 1_000 + n)]
+    events = build_log(sessions)
     produce_all(settings, events)
     log = Path(tempfile.mkdtemp()) / "engine.log"
     started = time.monotonic()
     engine = start_engine(settings, log)
     ready = time.monotonic()
-    done = count_decisions(settings, expected=len(events))
+    done = count_decisions(settings, expected=len(replay(events)))  # parked resumes: 2 each
     engine.terminate()
     engine.wait(60)
     print(f"  engine start to ready: {ready - started:.1f}s")
@@ -292,7 +234,7 @@ def bench_latency(bootstrap: str, rate: int, seconds: int, commit_ms: int) -> tu
             binding=BINDING,
         )
         producer.produce(settings.topics.resumes, key=sid.encode(), value=CODEC.encode(resume))
-        background = session_events(f"bg-{n}", now_ms)[0]  # one intent per resume as load
+        background = session_events(n)[0]  # one intent per resume as load
         producer.produce(
             settings.topics.intents,
             key=background.session_id.encode(),

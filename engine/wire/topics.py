@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.core.events import AckEvent, Event, ResumeEvent
+
 DEFAULT_PREFIX = "reconciler."
 
 
@@ -40,6 +42,14 @@ class TopicNames:
     @property
     def dead_letters(self) -> str:
         return f"{self.prefix}dead-letters"
+
+    def topic_for(self, event: Event) -> str:
+        """The input topic that carries this event (repair commands ride with the intents)."""
+        if isinstance(event, AckEvent):
+            return self.acks
+        if isinstance(event, ResumeEvent):
+            return self.resumes
+        return self.intents
 
     @property
     def inputs(self) -> tuple[str, str, str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from engine.core.events import Decision, Event, IntentEvent, RepairEvent
+from engine.core.events import Decision, Event
 from engine.runtime.engine import Engine
 from engine.settings import Settings, load_settings
 from engine.topics import create_topics
@@ -121,13 +121,9 @@ def produce(bootstrap: str, settings: Settings, events: Iterable[Event]) -> int:
     )
     count = 0
     for event in events:
-        if isinstance(event, IntentEvent | RepairEvent):
-            topic = topics.intents
-        elif event.__class__.__name__ == "AckEvent":
-            topic = topics.acks
-        else:
-            topic = topics.resumes
-        producer.produce(topic, key=event.session_id.encode(), value=CODEC.encode(event))
+        producer.produce(
+            topics.topic_for(event), key=event.session_id.encode(), value=CODEC.encode(event)
+        )
         count += 1
         if count % 1000 == 0:
             producer.poll(0)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import kafka_local
 from engine.core.events import Event
 from engine.settings import Settings
 from tests.integration.engine_harness import EngineProcess, engine_settings, produce, read_decisions
 from tests.integration.exactly_once import assert_exactly_once, read_inputs, workload
+from tools import kafka_local
 
 pytestmark = pytest.mark.kafka
 

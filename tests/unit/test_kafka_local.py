@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import kafka_local
+from tools import kafka_local
 
 
 def test_port_in_use_from_environment_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

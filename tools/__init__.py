@@ -1,0 +1,1 @@
+"""Developer tools: the local Kafka broker, fixture generator and benchmarks (not shipped)."""
