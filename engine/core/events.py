@@ -251,10 +251,33 @@ class Classification(StrEnum):
     PARTIAL = "PARTIAL"  # a prefix of the batch landed
 
 
+class TrailStep(StrEnum):
+    """The kinds of step a decision trail is made of (the wire carries the value as a string)."""
+
+    OBSERVED = "observed"  # what the input said (counts, ids; never content)
+    EVIDENCE = "evidence"  # what the engine knew about the pending write when it decided
+    CLASSIFICATION = "classification"  # the SDK-compatible classification of the tail
+    AUTHORITY = "authority"  # who holds authority after the decision, with which fence
+    WHY = "why"  # the rule that decided
+    REPAIR = "repair"  # an operator's resolution
+    ALERT = "alert"  # what an operator must look at
+
+
+class AnswerSuffix(StrEnum):
+    """Appended to the answered event id to form ``decision_id``.
+
+    A resume parked for its intent is answered twice: ``DEFERRED`` at once (FIRST) and its final
+    answer later (FINAL), so a consumer can tell the two apart and de-duplicate each.
+    """
+
+    FIRST = ""
+    FINAL = "/final"
+
+
 class TrailEntry(_Frozen):
     """One step of the decision trail: small, payload-free, readable by an operator."""
 
-    step: str  # observed | evidence | classification | authority | why | repair | alert
+    step: str  # a TrailStep value; a plain string on the wire so a new step breaks no reader
     detail: str
 
 
