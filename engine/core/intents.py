@@ -44,7 +44,8 @@ def _apply_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState
         return state, reject(state, event, Reason.BINDING_MISMATCH, "intent points elsewhere")
     slot = state.slot
     same = slot is not None and slot.intent_id == event.intent_id
-    if same and slot is not None and _is_repeat(slot, event):
+    rearm = same and slot is not None and _opens_attempt(state, slot, event)
+    if same and slot is not None and _is_repeat(slot, event) and not rearm:
         return state, decide(state, event, Verdict.RECORDED, Reason.DUPLICATE)
     refusal = check_writer(state, event.runner_id, event.fence_token, event.event_time_ms)
     if refusal is not None:
@@ -80,6 +81,24 @@ def _is_repeat(slot: IntentSlot, event: IntentEvent) -> bool:
     )
 
 
+def _opens_attempt(state: SessionState, slot: IntentSlot, event: IntentEvent) -> bool:
+    """The holder re-arms its intent for another append under the current fence.
+
+    That starts a new attempt when the engine granted APPEND_ONCE (the grant's attempt) or when
+    the only evidence so far is a definite failure: the earlier attempt wrote nothing, so its
+    NOT_WRITTEN must not make this attempt's COMMITTED ack look ambiguous.
+    """
+    return (
+        event.kind is IntentKind.REGISTER
+        and not slot.held
+        and slot.status in (SlotStatus.PENDING, SlotStatus.APPEND_GRANTED)
+        and event.runner_id == state.holder
+        and (event.fence_token or 0) == state.fence_token
+        and (slot.status is SlotStatus.APPEND_GRANTED or slot.not_written)
+        and not (slot.committed_by_store or slot.committed_by_runner or slot.partial_seen)
+    )
+
+
 def _accepted(state: SessionState, event: IntentEvent, slot: IntentSlot) -> SessionState:
     previous = (
         state.slot.intent_id if state.slot and state.slot.intent_id != slot.intent_id else None
@@ -107,7 +126,11 @@ def _register(state: SessionState, event: IntentEvent) -> tuple[SessionState, De
         if slot.held or slot.items != event.items or slot.before not in (None, event.before):
             return state, reject(state, event, Reason.INTENT_CONFLICT, "intent id reused")
         # The same intent armed with its before digests (or re-armed by the granted holder).
-        new_slot = slot.model_copy(update={"before": event.before})
+        update: dict[str, object] = {"before": event.before}
+        if _opens_attempt(state, slot, event):
+            update.update(not_written=False, committed_by_store=False, committed_by_runner=False)
+            trail = make_trail((TrailStep.OBSERVED, f"re-armed {event.intent_id}: new attempt"))
+        new_slot = slot.model_copy(update=update)
         return _accepted(state, event, new_slot), decide(
             state, event, Verdict.RECORDED, Reason.ACCEPTED, trail=trail
         )

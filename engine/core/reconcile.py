@@ -18,6 +18,7 @@ from engine.core.events import (
     AnswerSuffix,
     Classification,
     Decision,
+    PendingRecord,
     Reason,
     ResumeEvent,
     TrailStep,
@@ -72,7 +73,26 @@ def record_matches(slot: IntentSlot, event: ResumeEvent) -> bool:
         return False
     if pending.persisted_count != slot.persisted_count:
         return False
-    return slot.status not in UNRESOLVED or slot.held or pending.before == slot.before
+    # Compared every time, not only while the write is open: a record edited after the engine
+    # resolved its intent would send the client down the SDK's first-attempt path again.
+    return slot.held or pending.before == slot.before
+
+
+def new_attempt(slot: IntentSlot) -> IntentSlot:
+    """An APPEND_ONCE grant opens a new attempt of the intent.
+
+    Evidence belongs to one attempt: a definite failure or a lost ack of an earlier append says
+    nothing about the append the new holder makes now, so it must not poison its COMMITTED ack.
+    """
+    return slot.model_copy(
+        update={
+            "status": SlotStatus.APPEND_GRANTED,
+            "not_written": False,
+            "committed_by_store": False,
+            "committed_by_runner": False,
+            "partial_seen": False,
+        }
+    )
 
 
 def reconcile(
@@ -125,22 +145,64 @@ def reconcile(
             Reason.ACCEPTED_ABSENT,
             Classification.NONE,
             suffix,
+            new_attempt(slot),
         )
+    return _classify_open(state, event, position, suffix, slot, pending)
+
+
+def _classify_open(
+    state: SessionState,
+    event: ResumeEvent,
+    position: int,
+    suffix: AnswerSuffix,
+    slot: IntentSlot,
+    pending: PendingRecord,
+) -> tuple[SessionState, Decision]:
+    """The SDK's classification of an open write, on the tail the resume observed.
+
+    The record's ``append_acknowledged`` is the checkpoint's claim, not evidence: the engine
+    classifies as if it were unset (only acks it folded count). A claim the tail does not prove
+    committed is a contradiction, and nothing is granted on a contradiction.
+    """
     chunk = state.binding.chunk_size if state.binding else None
+    claimed = pending.append_acknowledged
     cls = classify(
         observed=event.observed_tail,
-        before=pending.before,
+        before=[] if claimed and pending.before is None else pending.before,
         batch=slot.batch,
-        append_acknowledged=pending.append_acknowledged,
+        append_acknowledged=False,
         chunk_size=chunk,
     )
     observed = (
         f"tail of {len(event.observed_tail)} digests vs "
         f"before {len(pending.before or [])} + batch {len(slot.items)}"
     )
+    if claimed and cls is not Classification.COMMITTED:
+        ambiguous = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.AMBIGUOUS)
+        why = (
+            "the checkpoint claims the append was acknowledged, the engine folded no committed "
+            "ack for this attempt and the tail does not prove it"
+        )
+        return withhold(
+            ambiguous,
+            event,
+            Reason.AMBIGUOUS,
+            why,
+            suffix,
+            classification=cls,
+            alert=True,
+            observed=observed,
+        )
     if cls is Classification.NOT_STARTED:
         return grant(
-            state, event, position, Verdict.APPEND_ONCE, Reason.APPEND_NOT_STARTED, cls, suffix
+            state,
+            event,
+            position,
+            Verdict.APPEND_ONCE,
+            Reason.APPEND_NOT_STARTED,
+            cls,
+            suffix,
+            new_attempt(slot),
         )
     if cls is Classification.COMMITTED:
         if slot.not_written:
@@ -160,9 +222,15 @@ def reconcile(
             state, event, position, Verdict.CONTINUE, Reason.COMMITTED, cls, suffix, committed
         )
     if cls is Classification.UNCHANGED:
-        granted = slot.model_copy(update={"status": SlotStatus.APPEND_GRANTED})
         return grant(
-            state, event, position, Verdict.APPEND_ONCE, Reason.UNCHANGED, cls, suffix, granted
+            state,
+            event,
+            position,
+            Verdict.APPEND_ONCE,
+            Reason.UNCHANGED,
+            cls,
+            suffix,
+            new_attempt(slot),
         )
     reason = Reason.PARTIAL_COMMIT if cls is Classification.PARTIAL else Reason.AMBIGUOUS
     new_slot = slot.model_copy(

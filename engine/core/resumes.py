@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.core.acks import apply_ack
+from engine.core.acks import ack_answer, apply_ack
 from engine.core.decide import (
     ACTION_BINDING,
     ACTION_NEWER,
@@ -36,7 +36,10 @@ def apply_parked(state: SessionState, intent_id: str) -> tuple[SessionState, lis
         for ack in acks:
             slot = state.slot
             if slot is not None:
-                state, _reason, _alert = apply_ack(state, slot, ack)
+                # The ack was answered PARKED on arrival; now that its evidence counts, it gets
+                # its final answer (and the alert, if it moved the session out of CLEAR).
+                state, reason, alert = apply_ack(state, slot, ack)
+                decisions.append(ack_answer(state, ack, reason, alert, AnswerSuffix.FINAL))
     waiting = [
         p
         for p in state.parked_resumes
