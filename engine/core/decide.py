@@ -12,6 +12,7 @@ from engine.core.events import (
     Event,
     Fence,
     Reason,
+    RunnerAction,
     TrailEntry,
     TrailStep,
     Verdict,
@@ -28,6 +29,11 @@ ACTION_REPAIR = (
 )
 ACTION_WAIT = "Wait for the current holder's lease to lapse or for it to finish; do not resume."
 ACTION_NEWER = "Resume from the session's newest checkpoint; this one is behind the session."
+ACTION_LOST_INTENT = (
+    "The checkpoint names a pending write the engine never saw registered: check that the "
+    "runner publishes its intent before appending, inspect the Session tail, then resume from a "
+    "newer checkpoint or publish a repair command."
+)
 ACTION_BINDING = "Resume against the backend, namespace and digest scheme the session is bound to."
 
 
@@ -53,6 +59,7 @@ def decide(
     alert: bool = False,
     final: bool = True,
     suffix: AnswerSuffix = AnswerSuffix.FIRST,
+    runner_action: RunnerAction | None = None,
 ) -> Decision:
     granted = verdict in (Verdict.CONTINUE, Verdict.APPEND_ONCE)
     fence: Fence | None = None
@@ -73,7 +80,23 @@ def decide(
         final=final,
         event_time_ms=event.event_time_ms,
         trail=trail or [],
+        runner_action=runner_action or action_of(verdict, reason),
     )
+
+
+def action_of(verdict: Verdict, reason: Reason) -> RunnerAction:
+    """The runner action a verdict and reason stand for (README: "Runner actions")."""
+    if verdict is Verdict.APPEND_ONCE:
+        return RunnerAction.APPEND_ONCE
+    if verdict is Verdict.CONTINUE:
+        return (
+            RunnerAction.RELEASE_HELD if reason is Reason.HELD_RIDES else RunnerAction.DO_NOT_REPLAY
+        )
+    if verdict is Verdict.DEFERRED:
+        return RunnerAction.WAIT
+    if verdict in (Verdict.WITHHELD, Verdict.REJECTED):
+        return RunnerAction.STOP
+    return RunnerAction.NONE
 
 
 def with_(state: SessionState, **changes: Any) -> SessionState:

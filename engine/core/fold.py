@@ -27,7 +27,9 @@ from collections.abc import Iterable
 
 from engine.core.acks import fold_ack
 from engine.core.decide import (
+    ACTION_REPAIR,
     FoldResult,
+    action_of,
     decide,
     make_trail,
     with_,
@@ -40,13 +42,14 @@ from engine.core.events import (
     IntentEvent,
     Reason,
     ResumeEvent,
+    RunnerAction,
     TrailStep,
     Verdict,
 )
 from engine.core.intents import fold_intent
 from engine.core.repairs import fold_repair
-from engine.core.resumes import fold_resume
-from engine.core.state import RECENT_EVENT_IDS, SessionState
+from engine.core.resumes import expire_parked, fold_resume
+from engine.core.state import RECENT_EVENT_IDS, Health, SessionState, SlotStatus
 
 __all__ = ["FoldResult", "fold", "replay"]
 
@@ -68,13 +71,15 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
         return FoldResult(state, (_answer_duplicate(state, event),))
     remembered = _remember(state, event.event_id)
     if isinstance(event, IntentEvent):
-        return fold_intent(remembered, event)
+        folded = fold_intent(remembered, event)
+        expired, answers = expire_parked(folded.state, event.event_time_ms)
+        return FoldResult(expired, (*folded.decisions, *answers))
     if isinstance(event, AckEvent):
         new_state, decision = fold_ack(remembered, event)
         return FoldResult(new_state, (decision,))
     if isinstance(event, ResumeEvent):
-        new_state, decision = fold_resume(remembered, event, position)
-        return FoldResult(new_state, (decision,))
+        new_state, decisions = fold_resume(remembered, event, position)
+        return FoldResult(new_state, tuple(decisions))
     new_state, decision = fold_repair(remembered, event)
     return FoldResult(new_state, (decision,))
 
@@ -90,11 +95,32 @@ def replay(events: Iterable[Event]) -> list[Decision]:
     return decisions
 
 
+def _grant_action(state: SessionState, verdict: Verdict) -> RunnerAction:
+    """The action of the standing grant: a CONTINUE over a still-held batch releases it later."""
+    held = state.slot is not None and state.slot.status is SlotStatus.HELD
+    return action_of(verdict, Reason.HELD_RIDES if held else Reason.KNOWN_COMMITTED)
+
+
 def _answer_duplicate(state: SessionState, event: Event) -> Decision:
     why = make_trail((TrailStep.WHY, "event id already folded; nothing changes"))
     if isinstance(event, ResumeEvent):
+        if event.event_id == state.grant_request_id and state.health is not Health.CLEAR:
+            # Re-granting a request the session has since turned ambiguous or violated on would
+            # hand out authority the engine no longer gives to anyone.
+            reason = (
+                Reason.SESSION_VIOLATED
+                if state.health is Health.VIOLATED
+                else Reason.SESSION_AMBIGUOUS
+            )
+            return decide(state, event, Verdict.WITHHELD, reason, trail=why, action=ACTION_REPAIR)
         if event.event_id == state.grant_request_id and state.grant_verdict is not None:
-            return decide(state, event, state.grant_verdict, Reason.REGRANT_DUPLICATE_REQUEST)
+            return decide(
+                state,
+                event,
+                state.grant_verdict,
+                Reason.REGRANT_DUPLICATE_REQUEST,
+                runner_action=_grant_action(state, state.grant_verdict),
+            )
         if any(p.resume.event_id == event.event_id for p in state.parked_resumes):
             return decide(state, event, Verdict.DEFERRED, Reason.AWAITING_INTENT, final=False)
         return decide(state, event, Verdict.WITHHELD, Reason.DUPLICATE, trail=why)

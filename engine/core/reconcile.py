@@ -78,6 +78,38 @@ def record_matches(slot: IntentSlot, event: ResumeEvent) -> bool:
     return slot.held or pending.before == slot.before
 
 
+def _tail_ends_with_batch(state: SessionState, slot: IntentSlot, event: ResumeEvent) -> bool:
+    """Whether the tail the resume observed still ends with exactly ``before`` + batch.
+
+    On a binding whose stored items do not digest like the appended ones, only ``before`` and
+    the batch's length can be compared: the batch's own digests are the backend's rewrite.
+    """
+    before, batch, tail = slot.before or [], slot.batch, event.observed_tail
+    size = len(before) + len(batch)
+    if len(tail) < size:
+        return False
+    window = tail[len(tail) - size :]
+    if state.binding is not None and not state.binding.items_digest_stable:
+        return window[: len(before)] == before
+    return window == [*before, *batch]
+
+
+def _history_changed(
+    state: SessionState, event: ResumeEvent, suffix: AnswerSuffix, slot: IntentSlot
+) -> tuple[SessionState, Decision]:
+    """Acks say our batch was written; the tail says the Session holds something else now.
+
+    Evidence about our batch says nothing about who else wrote (popped, rewrote, re-appended or
+    appended after it): "do not replay" could lose output or hide a second writer.
+    """
+    ambiguous = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.HISTORY_CHANGED)
+    why = "the append was acknowledged committed, but the tail is no longer before + batch"
+    observed = f"tail of {len(event.observed_tail)} digests; {evidence(slot)}"
+    return withhold(
+        ambiguous, event, Reason.HISTORY_CHANGED, why, suffix, alert=True, observed=observed
+    )
+
+
 def new_attempt(slot: IntentSlot) -> IntentSlot:
     """An APPEND_ONCE grant opens a new attempt of the intent.
 
@@ -134,6 +166,10 @@ def reconcile(
         why = f"intent {slot.intent_id} was {slot.status.value.lower()}"
         return withhold(state, event, Reason.ABANDONED, why, suffix, action=ACTION_NEWER)
     if slot.status is SlotStatus.COMMITTED:
+        if (slot.committed_by_store or slot.committed_by_runner) and not _tail_ends_with_batch(
+            state, slot, event
+        ):
+            return _history_changed(state, event, suffix, slot)
         reason = Reason.COMMITTED_BY_STORE if slot.committed_by_store else Reason.KNOWN_COMMITTED
         return grant(state, event, position, Verdict.CONTINUE, reason, Classification.NONE, suffix)
     if slot.status is SlotStatus.ABSENT:
@@ -220,6 +256,24 @@ def _classify_open(
         committed = slot.model_copy(update={"status": SlotStatus.COMMITTED})
         return grant(
             state, event, position, Verdict.CONTINUE, Reason.COMMITTED, cls, suffix, committed
+        )
+    binding = state.binding
+    unstable = binding is not None and not binding.items_digest_stable
+    if cls is Classification.UNCHANGED and binding and unstable and not slot.not_written:
+        ambiguous = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.DIGEST_UNSTABLE)
+        why = (
+            f"backend {binding.backend_id} does not store items that digest like the appended "
+            "ones: an unchanged-looking tail is no evidence the batch is absent"
+        )
+        return withhold(
+            ambiguous,
+            event,
+            Reason.DIGEST_UNSTABLE,
+            why,
+            suffix,
+            classification=cls,
+            alert=True,
+            observed=observed,
         )
     if cls is Classification.UNCHANGED:
         return grant(

@@ -40,7 +40,14 @@ def fold_repair(state: SessionState, event: RepairEvent) -> tuple[SessionState, 
     new_slot = None
     if slot is not None:
         new_slot = slot.model_copy(
-            update={"status": status, "partial_seen": False, "not_written": False}
+            # The operator's resolution supersedes the ack evidence it was made from.
+            update={
+                "status": status,
+                "partial_seen": False,
+                "not_written": False,
+                "committed_by_store": False,
+                "committed_by_runner": False,
+            }
         )
     # A repair also ends the current grant: the next resume starts a fresh authority epoch.
     repaired = with_(

@@ -5,12 +5,14 @@ from __future__ import annotations
 from engine.core.acks import ack_answer, apply_ack
 from engine.core.decide import (
     ACTION_BINDING,
+    ACTION_LOST_INTENT,
     ACTION_NEWER,
     ACTION_WAIT,
     decide,
     make_trail,
     with_,
 )
+from engine.core.errors import CoreError
 from engine.core.events import (
     AnswerSuffix,
     Decision,
@@ -21,6 +23,7 @@ from engine.core.events import (
 )
 from engine.core.reconcile import reconcile, withhold
 from engine.core.state import (
+    PARK_MS,
     PARKED_LIMIT,
     Health,
     ParkedResume,
@@ -62,17 +65,38 @@ def apply_parked(state: SessionState, intent_id: str) -> tuple[SessionState, lis
 
 def fold_resume(
     state: SessionState, event: ResumeEvent, position: int
-) -> tuple[SessionState, Decision]:
+) -> tuple[SessionState, list[Decision]]:
     pending = event.pending
+    foreign = event.checkpoint_session_id
+    if foreign is not None and foreign != event.session_id:
+        why = f"the checkpoint belongs to session {foreign}, not to {event.session_id}"
+        new_state, decision = withhold(
+            state, event, Reason.BINDING_MISMATCH, why, AnswerSuffix.FIRST, action=ACTION_BINDING
+        )
+        return new_state, [decision]
     known = (
         state.slot is not None
         and pending is not None
         and (pending.intent_id in (state.slot.intent_id, state.previous_intent_id))
     )
     if pending is not None and not known:
-        parked = [*state.parked_resumes, ParkedResume(resume=event, position=position)]
-        why = f"the checkpoint names intent {pending.intent_id}, not registered yet"
-        return with_(state, parked_resumes=parked[-PARKED_LIMIT:]), decide(
+        return _park(state, event, position)
+    new_state, decision = evaluate_resume(state, event, position, AnswerSuffix.FIRST)
+    return new_state, [decision]
+
+
+def _park(
+    state: SessionState, event: ResumeEvent, position: int
+) -> tuple[SessionState, list[Decision]]:
+    """DEFERRED now; the final answer comes with the intent, or when it is overdue or evicted."""
+    pending = event.pending
+    if pending is None:
+        raise CoreError("only a resume with a pending record waits for its intent")
+    parked = [*state.parked_resumes, ParkedResume(resume=event, position=position)]
+    evicted, kept = parked[:-PARKED_LIMIT], parked[-PARKED_LIMIT:]
+    why = f"the checkpoint names intent {pending.intent_id}, not registered yet"
+    decisions = [
+        decide(
             state,
             event,
             Verdict.DEFERRED,
@@ -80,7 +104,42 @@ def fold_resume(
             trail=make_trail((TrailStep.WHY, why)),
             final=False,
         )
-    return evaluate_resume(state, event, position, AnswerSuffix.FIRST)
+    ]
+    new_state = with_(state, parked_resumes=kept)
+    for old in evicted:
+        why = f"more than {PARKED_LIMIT} resumes wait for unregistered intents; oldest answered"
+        decisions.append(_final_withhold(new_state, old.resume, Reason.PARKED_OVERFLOW, why))
+    return new_state, decisions
+
+
+def expire_parked(state: SessionState, at_ms: int) -> tuple[SessionState, list[Decision]]:
+    """Answer, finally, every parked resume whose intent is overdue at event time ``at_ms``.
+
+    The fold calls this with the time of each intent it folds for the session: the intent a
+    checkpoint names was published before the append, hence before the resume, so once the
+    session's intents have moved ``PARK_MS`` past the resume without it, it is not coming. A
+    runtime may also call it with its intents-topic watermark for sessions nobody writes to.
+    """
+    overdue = [p for p in state.parked_resumes if p.resume.event_time_ms + PARK_MS <= at_ms]
+    if not overdue:
+        return state, []
+    new_state = with_(state, parked_resumes=[p for p in state.parked_resumes if p not in overdue])
+    why = f"its intent did not arrive within {PARK_MS} ms of event time"
+    return new_state, [
+        _final_withhold(new_state, p.resume, Reason.INTENT_NEVER_ARRIVED, why) for p in overdue
+    ]
+
+
+def _final_withhold(state: SessionState, event: ResumeEvent, reason: Reason, why: str) -> Decision:
+    return withhold(
+        state,
+        event,
+        reason,
+        why,
+        AnswerSuffix.FINAL,
+        action=ACTION_LOST_INTENT,
+        alert=True,
+    )[1]
 
 
 def evaluate_resume(
