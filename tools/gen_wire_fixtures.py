@@ -307,6 +307,11 @@ def upgrade(record_type: RecordType, variant: str, model: WireModel, version: in
                 "binding": model.binding.model_copy(update=unstable),
                 "health_reason": Reason.DIGEST_UNSTABLE,
                 "parked_resumes": parked,
+                "parked_intents": [
+                    upgrade(
+                        RecordType.INTENT, "full", SAMPLES[RecordType.INTENT]["full"](), version
+                    )
+                ],
             }
         )
     return model

@@ -47,6 +47,7 @@ from engine.core.events import (
     Verdict,
 )
 from engine.core.intents import fold_intent
+from engine.core.parked import drain, fence_ahead, park_intent
 from engine.core.repairs import fold_repair
 from engine.core.resumes import expire_parked, fold_resume
 from engine.core.state import RECENT_EVENT_IDS, Health, SessionState, SlotStatus
@@ -70,18 +71,29 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
     if event.event_id in state.recent_event_ids:
         return FoldResult(state, (_answer_duplicate(state, event),))
     remembered = _remember(state, event.event_id)
+    new_state, decisions = _dispatch(remembered, event, position)
+    new_state, finals = drain(new_state)
     if isinstance(event, IntentEvent):
-        folded = fold_intent(remembered, event)
-        expired, answers = expire_parked(folded.state, event.event_time_ms)
-        return FoldResult(expired, (*folded.decisions, *answers))
+        new_state, expired = expire_parked(new_state, event.event_time_ms)
+        finals.extend(expired)
+    return FoldResult(new_state, (*decisions, *finals))
+
+
+def _dispatch(
+    state: SessionState, event: Event, position: int
+) -> tuple[SessionState, list[Decision]]:
+    if isinstance(event, IntentEvent):
+        if fence_ahead(state, event.fence_token):
+            return park_intent(state, event)
+        new_state, decision = fold_intent(state, event)
+        return new_state, [decision]
     if isinstance(event, AckEvent):
-        new_state, decision = fold_ack(remembered, event)
-        return FoldResult(new_state, (decision,))
+        new_state, decision = fold_ack(state, event)
+        return new_state, [decision]
     if isinstance(event, ResumeEvent):
-        new_state, decisions = fold_resume(remembered, event, position)
-        return FoldResult(new_state, tuple(decisions))
-    new_state, decision = fold_repair(remembered, event)
-    return FoldResult(new_state, (decision,))
+        return fold_resume(state, event, position)
+    new_state, decision = fold_repair(state, event)
+    return new_state, [decision]
 
 
 def replay(events: Iterable[Event]) -> list[Decision]:

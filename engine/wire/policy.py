@@ -95,7 +95,7 @@ POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
             2,
             {
                 1: "per-session fold state for the compacted changelog",
-                2: "issue 10: new reasons, items_digest_stable, parked checkpoint_session_id",
+                2: "issue 10: parked_intents, new reasons, items_digest_stable, checkpoint_session_id",
             },
         ),
     }
