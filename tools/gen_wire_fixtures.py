@@ -114,6 +114,7 @@ SAMPLES: dict[RecordType, dict[str, Callable[[], WireModel]]] = {
             intent_id="in-1",
             runner_id="runner-a",
             binding=BINDING_MIN,
+            persisted_count=0,  # the v1 default (v2: null, unknown)
             sequence=0,
         ),
         "full": lambda: IntentEvent(

@@ -71,7 +71,7 @@ def record_matches(slot: IntentSlot, event: ResumeEvent) -> bool:
         raise CoreError("record check needs a pending record")
     if pending.items != slot.items or pending.held != (slot.status is SlotStatus.HELD):
         return False
-    if pending.persisted_count != slot.persisted_count:
+    if slot.persisted_count is not None and pending.persisted_count != slot.persisted_count:
         return False
     # Compared every time, not only while the write is open: a record edited after the engine
     # resolved its intent would send the client down the SDK's first-attempt path again.

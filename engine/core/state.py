@@ -81,7 +81,7 @@ class IntentSlot(_Frozen):
     status: SlotStatus
     before: list[str] | None = None
     items: list[ItemFacts] = Field(default_factory=list)
-    persisted_count: int = 0
+    persisted_count: int | None = None  # null: the registration could not see it
     committed_by_store: bool = False
     committed_by_runner: bool = False
     not_written: bool = False
