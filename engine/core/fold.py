@@ -7,16 +7,20 @@ Decisions per input (what the engine service can check end to end):
   WITHHELD or DEFERRED. Duplicates (same ``event_id`` inside the de-duplication window) are
   answered too, with the same ``decision_id``: a duplicate of the granting resume is re-answered
   with the same grant and fence; any other duplicate gets RECORDED/WITHHELD ``DUPLICATE``.
-* A resume whose pending record names an intent the engine has not seen yet is answered
-  ``DEFERRED`` (``final=False``) and parked; when that intent arrives, the fold emits one more
-  decision for it, ``decision_id == resume_event_id + "/final"``, alongside the intent's answer.
+* An input that refers to something not folded yet waits (`parked.py`): a resume whose
+  checkpoint is ahead of the engine (DEFERRED, ``final=False``), an ack ahead of its intent,
+  fence or release, an intent under a fence not granted yet (RECORDED PARKED). Each gets one
+  more decision when it is answered for good, ``decision_id == event_id + "/final"``; a parked
+  resume gets it within ``PARK_MS`` of intent event time (README "Timing rules").
+* Every decision carries a ``runner_action`` (README "Runner actions").
 
 Authority: at most one holder per session. A grant carries a fence token that only grows
-(``max(previous + 1, position)``, the resume's offset). The first intent of a fresh session makes
-its runner the implicit holder (fence 0). A holder's lease runs ``LEASE_MS`` of event time from
-the grant or from its last accepted write; while it runs, other runners are withheld
-HELD_BY_OTHER. A granted checkpoint is consumed: another resume of it is withheld. A resume whose
-checkpoint knew less than the session's progress is withheld STALE_CHECKPOINT.
+(``max(previous + 1, position)``, the resume's offset in its topic partition). The first
+intent of a fresh session makes its runner the implicit holder (fence 0). A holder's lease runs
+``LEASE_MS`` of event time from the grant or from its last accepted write; while it runs, other
+runners are withheld HELD_BY_OTHER. A granted checkpoint is consumed: another resume of it is
+withheld. A resume whose checkpoint knew less than the session's progress is withheld
+STALE_CHECKPOINT.
 
 Health: AMBIGUOUS or VIOLATED is sticky; only a repair clears it. Nothing grants on ambiguity.
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engine.core.answers import withhold
 from engine.core.decide import (
     ACTION_BINDING,
     ACTION_LOST_INTENT,
@@ -19,7 +20,7 @@ from engine.core.events import (
     TrailStep,
     Verdict,
 )
-from engine.core.reconcile import reconcile, withhold
+from engine.core.reconcile import reconcile
 from engine.core.state import (
     PARK_MS,
     PARKED_LIMIT,
