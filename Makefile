@@ -35,7 +35,7 @@ soak: setup
 
 ## soak-core: the lifecycle property over 100,000 random examples (no broker; figures for the notes).
 soak-core: setup
-	LIFECYCLE_SOAK=1 LIFECYCLE_EXAMPLES=$${EXAMPLES:-100000} $(VENV)/bin/pytest -q -p no:cacheprovider \
+	LIFECYCLE_SOAK=1 LIFECYCLE_EXAMPLES=$${EXAMPLES:-100000} $(VENV)/bin/pytest -q -p no:cacheprovider --timeout=0 \
 		--hypothesis-show-statistics tests/unit/core/test_lifecycle.py
 
 ## bench: throughput, latency and restore figures against the local broker (not a test).
