@@ -76,7 +76,7 @@ ITEMS: list[tuple[str, dict[str, Any], bool]] = [
         False,
     ),
     (
-        "escapes: quote, backslash, control characters; slash and DEL stay raw",
+        "escapes: quote, backslash, controls and DEL; the slash stays raw",
         {"role": "user", "content": 'say "hi"\\ / \n\r\t\b\f \u0001 \u001f \u007f'},
         False,
     ),
