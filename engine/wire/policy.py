@@ -11,7 +11,7 @@ Rules (read before bumping):
 * Bumping means: add the file, add the version with a one-line summary to its record's
   ``supported`` mapping in `POLICY` below and make it ``current``, then run
   ``.venv/bin/python -m tools.gen_wire_fixtures`` to write its fixtures (the corpus test fails
-  until then), and describe the new fields in ``schemas/SPEC.md`` (its test fails until then).
+  until then), and describe the new fields in ``schemas/SPEC.md`` (section 7).
 * A version leaves ``supported`` only when no producer can still write it; its file and
   fixtures go with it.
 """
