@@ -241,9 +241,9 @@ class FakeConsumer:
 class FakeClients:
     """The `ClientFactory` of the fault tests: every incarnation talks to the same broker."""
 
-    def __init__(self, broker: FakeBroker, on_idle: Callable[[], None], batch: int = 4) -> None:
+    def __init__(self, broker: FakeBroker, batch: int = 4) -> None:
         self.broker = broker
-        self.on_idle = on_idle
+        self.on_idle: Callable[[], None] = lambda: None  # the test stops the engine here
         self.batch = batch
 
     def producer(self, settings: Settings) -> ProducerLike:
@@ -251,7 +251,7 @@ class FakeClients:
         return FakeProducer(self.broker)
 
     def consumer(self, settings: Settings) -> ConsumerLike:
-        return FakeConsumer(self.broker, self.on_idle, self.batch)
+        return FakeConsumer(self.broker, lambda: self.on_idle(), self.batch)
 
     def restore(
         self, settings: Settings, stores: Mapping[int, LocalStore], progress: Callable[[], None]
