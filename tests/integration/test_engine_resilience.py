@@ -55,7 +55,7 @@ def test_three_engines_one_killed_one_added(
     load = _steady_load(kafka_bootstrap, base, events, chunks=30, pause_s=0.4)
     try:
         time.sleep(5)
-        engines[1].kill()  # its partitions move once its session times out
+        engines[1].kill_all()  # the pod is gone: its partitions move once its session times out
         time.sleep(3)
         engines[3].start()  # a new member joins: another rebalance
         load.join()
@@ -65,7 +65,7 @@ def test_three_engines_one_killed_one_added(
     finally:
         for engine in engines:
             if engine.alive():
-                engine.kill()
+                engine.kill_all()
         load.join()
     assert_exactly_once(events, seen, read_inputs(kafka_bootstrap, base))
     logs = [(tmp_path / f"engine-{i}.log").read_text() for i in (0, 2, 3)]
@@ -88,6 +88,6 @@ def test_broker_restart_under_load(
         assert engine.terminate() == 0
     finally:
         if engine.alive():
-            engine.kill()
+            engine.kill_all()
         load.join()
     assert_exactly_once(events, seen, read_inputs(kafka_bootstrap, settings))
