@@ -28,7 +28,7 @@ from engine.runtime.metrics import EngineMetrics
 from engine.runtime.protocol import Step
 from engine.runtime.state_codec import StateFormatError
 from engine.runtime.store import LocalStore
-from engine.runtime.task import PartitionTask, pending_header
+from engine.runtime.task import InputFailedError, PartitionTask, pending_header
 from engine.runtime.transaction import (
     CALL_TIMEOUT_S,
     STEP_DEADLINE_S,
@@ -40,6 +40,7 @@ from engine.runtime.transaction import (
 from engine.runtime.watchdog import Watchdog
 from engine.settings import Settings
 from engine.wire import Codec
+from engine.wire.dead_letter import EXCERPT_BYTES
 
 log = logging.getLogger("reconciler.engine")
 
@@ -206,23 +207,50 @@ class Engine:
         txn.begin()
         outcome = self.ingest.accept(message)
         if isinstance(outcome, Rejected):
-            txn.produce(self.topics.dead_letters, message.key(), outcome.payload, Step.FOLD)
-            self.metrics.dead_letters.labels(reason=outcome.reason).inc()
+            self._dead_letter(txn, message, outcome)
             return
         event: Event = outcome
+        try:
+            before, decisions, payloads = task.fold(event, offset, self.codec.encode)
+        except InputFailedError as failed:
+            # No single input may stop a partition: dead-letter it (with the exception class)
+            # and go on; the session's state is as it was before this input.
+            log.error(
+                "step %s: %s/%d/%d failed to fold or encode: %s",
+                Step.FOLD,
+                topic,
+                partition,
+                offset,
+                failed,
+            )
+            self._dead_letter(txn, message, self.ingest.failed(message, failed.cause))
+            return
         self.metrics.events.labels(topic=topic, kind=self.ingest.kind_of(event)).inc()
-        before, decisions = task.fold(event, offset)
         self.metrics.observe_fold(before, task.cache[event.session_id], decisions)
         source = f"{topic}/{partition}/{offset}".encode()
-        for decision in decisions:
+        for decision, payload in zip(decisions, payloads, strict=True):
             txn.produce(
                 self.topics.decisions,
                 decision.session_id.encode(),
-                self.codec.encode(decision),
+                payload,
                 Step.FOLD,
                 headers=[("source", source)],
             )
         self._txn_event_times.append(event.event_time_ms)
+
+    def _dead_letter(self, txn: Transaction, message: Message, rejected: Rejected) -> None:
+        """A dead letter is bounded (an excerpt), and a producer error on it is never fatal:
+        it is logged and counted, and the partition goes on."""
+        key = message.key()
+        delivered = txn.produce(
+            self.topics.dead_letters,
+            None if key is None else key[:EXCERPT_BYTES],
+            rejected.payload,
+            Step.FOLD,
+            optional=True,
+        )
+        outcome = rejected.reason if delivered else "DEAD_LETTER_REFUSED"
+        self.metrics.dead_letters.labels(reason=outcome).inc()
 
     def _commit(self, txn: Transaction, tasks: list[PartitionTask] | None = None) -> None:
         """Steps 3-6 for every ready task (or the given ones)."""

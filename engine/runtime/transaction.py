@@ -115,19 +115,40 @@ class Transaction:
         self.status = TxnStatus.OPEN
         self.started = time.monotonic()
 
-    def produce(self, topic: str, key: bytes | None, value: bytes, step: str, **extra: Any) -> None:
-        """Queue one record in the open transaction; a full queue waits for deliveries."""
+    def produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        step: str,
+        *,
+        optional: bool = False,
+        **extra: Any,
+    ) -> bool:
+        """Queue one record in the open transaction; a full queue waits for deliveries.
+        An `optional` record (a dead letter) refused for itself, neither fatal nor abortable
+        (e.g. too large), is logged and skipped: returns False."""
         while True:
             try:
                 with self.watchdog.guard(f"{step} produce", self.budget_s, self.partitions):
                     self.producer.produce(topic, key=key, value=value, **extra)
-                return
+                return True
             except BufferError:
                 self.call(f"{step} produce (queue full)", lambda _: self.producer.poll(0.05))
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
-                if classify(error, deadline_passed=True) is ErrorClass.ABORTABLE:
+                kind = classify(error, deadline_passed=True)
+                if kind is ErrorClass.ABORTABLE:
                     raise AbortableError(f"step {step}: {error}") from exc
+                if optional and not error.fatal():
+                    log.error(
+                        "step %s: %s refused a record (%d bytes), skipped: %s",
+                        step,
+                        topic,
+                        len(value),
+                        error,
+                    )
+                    return False
                 self.status = TxnStatus.FAILED
                 raise RejoinError(f"step {step}: {error}") from exc
 

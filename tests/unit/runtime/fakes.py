@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from engine.runtime.clients import ConsumerLike, ProducerLike
+from engine.runtime.clients import DEAD_LETTER_MAX_BYTES, ConsumerLike, ProducerLike
 from engine.runtime.restore import RestoreReport, _store_write
 from engine.runtime.store import NO_OFFSET, LocalStore
 from engine.settings import Settings
@@ -84,8 +84,9 @@ class FakeBroker:
     def log(self, topic: str, partition: int) -> list[Record]:
         return self.logs.setdefault(topic, [[] for _ in range(self.partitions)])[partition]
 
-    def append(self, topic: str, key: bytes, value: bytes) -> None:
-        self.log(topic, partition_for(key, self.partitions)).append(Record(key, value, []))
+    def append(self, topic: str, key: bytes, value: bytes, partition: int | None = None) -> None:
+        p = partition_for(key, self.partitions) if partition is None else partition
+        self.log(topic, p).append(Record(key, value, []))
 
     def message(self, topic: str, partition: int, offset: int) -> Message:
         record = self.log(topic, partition)[offset]
@@ -107,7 +108,12 @@ class FakeProducer:
         self.offsets: list[TopicPartition] = []
 
     def _check(self, step: str) -> None:
-        self.broker.faults.hit(step)
+        try:
+            self.broker.faults.hit(step)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError._FENCED:
+                self.epoch = -2  # fenced for good: every later call fails too, flush included
+            raise
         if self.epoch != self.broker.epoch:
             raise KafkaException(
                 KafkaError(KafkaError._FENCED, "fenced by a newer epoch", fatal=True)
@@ -132,6 +138,8 @@ class FakeProducer:
         headers: Any = None,
     ) -> None:
         self._check("produce")
+        if len(value or b"") + len(key or b"") > DEAD_LETTER_MAX_BYTES:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "message too large"))
         p = partition if partition >= 0 else partition_for(key or b"", self.broker.partitions)
         self.queued.append((topic, p, Record(key, value or b"", list(headers or [])), on_delivery))
 
