@@ -75,7 +75,12 @@ POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
             "Decision", 1, {1: "verdict, reason code, fence token, binding and decision trail"}
         ),
         RecordType.DEAD_LETTER: _policy(
-            "DeadLetter", 1, {1: "refused input: raw bytes, source position, reason code"}
+            "DeadLetter",
+            2,
+            {
+                1: "refused input: raw bytes, source position, reason code",
+                2: "bounded excerpt with lengths, SHA-256 and a truncated flag; PROCESSING_FAILED",
+            },
         ),
         RecordType.SESSION_STATE: _policy(
             "SessionState", 1, {1: "per-session fold state for the compacted changelog"}
