@@ -102,12 +102,30 @@ def _topics_verify(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import logging
 
-    from engine.admin.topics import verify_topics
-    from engine.runtime.engine import Engine
-    from engine.runtime.metrics import EngineMetrics, serve_health
+    from engine.runtime.supervisor import Backoff, supervise
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    settings = load_settings(
+    settings = _run_settings(args)  # bad settings end here with exit 2, before any child
+    if args.child:
+        return _run_engine(settings)
+    command = [sys.executable, "-m", "engine.cli", "run", "--child"]
+    for flag, value in (
+        ("--config", args.config),
+        ("--bootstrap-servers", args.bootstrap_servers),
+        ("--topic-prefix", args.topic_prefix),
+        ("--partitions", args.partitions),
+        ("--instance-id", args.instance_id),
+        ("--state-dir", args.state_dir),
+        ("--metrics-port", args.metrics_port),
+    ):
+        if value is not None:
+            command += [flag, str(value)]
+    code = supervise(command, backoff=Backoff(max_s=settings.restart_backoff_max_s))
+    return code if code >= 0 else 128 - code  # killed by a signal: the shell's convention
+
+
+def _run_settings(args: argparse.Namespace) -> Settings:
+    return load_settings(
         args.config,
         bootstrap_servers=args.bootstrap_servers,
         topic_prefix=args.topic_prefix,
@@ -116,15 +134,33 @@ def _run(args: argparse.Namespace) -> int:
         state_dir=args.state_dir,
         metrics_port=args.metrics_port,
     )
+
+
+def _run_engine(settings: Settings) -> int:
+    """The supervised child: the engine itself, under its watchdog."""
+    import logging
+
+    from engine.admin.topics import verify_topics
+    from engine.runtime.engine import Engine
+    from engine.runtime.metrics import EngineMetrics, serve_health
+    from engine.runtime.supervisor import parent_gone, restarts_before
+    from engine.runtime.watchdog import Watchdog
+
     logging.getLogger("reconciler").info("settings: %s", settings.redacted())
-    verify_topics(settings)
+    watchdog = Watchdog()
+    watchdog.start(orphan_check=parent_gone)
+    budget_s = settings.transaction_timeout_ms / 1000 + settings.watchdog_margin_s
+    with watchdog.guard("verify topics", budget_s):
+        verify_topics(settings)
     metrics = EngineMetrics()
+    metrics.engine_restarts.inc(restarts_before())
     server = serve_health(metrics, settings.metrics_port) if settings.metrics_port else None
-    engine = Engine(settings, metrics=metrics)
+    engine = Engine(settings, metrics=metrics, watchdog=watchdog)
     engine.install_signal_handlers()
     try:
         engine.run()
     finally:
+        watchdog.stop()
         if server is not None:
             server.shutdown()
     return 0
@@ -188,11 +224,15 @@ def build_parser() -> argparse.ArgumentParser:
         sub = topic_commands.add_parser(name, help=text)
         _add_common(sub)
         sub.set_defaults(handler=handler)
-    run = commands.add_parser("run", help="run the engine in the foreground until SIGTERM")
+    run = commands.add_parser(
+        "run", help="run the engine in the foreground until SIGTERM, restarting it if it dies"
+    )
     _add_common(run)
     run.add_argument("--instance-id", help="stable id of this instance (transactional id)")
     run.add_argument("--state-dir", type=Path, help="folder of the local state stores")
     run.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz")
+    # The supervisor starts the engine itself with --child; users never pass it.
+    run.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     run.set_defaults(handler=_run)
 
     explain = commands.add_parser("explain", help="print the decision trail of one session")

@@ -60,25 +60,50 @@ def _policy(record_name: str, current: int, supported: dict[int, str]) -> Record
 POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
     {
         RecordType.INTENT: _policy(
-            "Intent", 1, {1: "register/held/release/discard of a pending Session write"}
+            "Intent",
+            2,
+            {
+                1: "register/held/release/discard of a pending Session write",
+                2: "Binding.items_digest_stable (issue 10)",
+            },
         ),
         RecordType.ACK: _policy(
             "Ack", 1, {1: "append outcome: committed with observed tail, not written, unknown"}
         ),
         RecordType.RESUME: _policy(
-            "Resume", 1, {1: "restored runner's checkpoint record, reread tail and identity"}
+            "Resume",
+            2,
+            {
+                1: "restored runner's checkpoint record, reread tail and identity",
+                2: "checkpoint_session_id; Binding.items_digest_stable (issue 10)",
+            },
         ),
         RecordType.REPAIR: _policy(
             "Repair", 1, {1: "operator resolution of an ambiguous session, with actor and reason"}
         ),
         RecordType.DECISION: _policy(
-            "Decision", 1, {1: "verdict, reason code, fence token, binding and decision trail"}
+            "Decision",
+            2,
+            {
+                1: "verdict, reason code, fence token, binding and decision trail",
+                2: "runner_action; reasons HISTORY_CHANGED, DIGEST_UNSTABLE, INTENT_NEVER_ARRIVED",
+            },
         ),
         RecordType.DEAD_LETTER: _policy(
-            "DeadLetter", 1, {1: "refused input: raw bytes, source position, reason code"}
+            "DeadLetter",
+            2,
+            {
+                1: "refused input: raw bytes, source position, reason code",
+                2: "bounded excerpt with lengths, SHA-256 and a truncated flag; PROCESSING_FAILED",
+            },
         ),
         RecordType.SESSION_STATE: _policy(
-            "SessionState", 1, {1: "per-session fold state for the compacted changelog"}
+            "SessionState",
+            2,
+            {
+                1: "per-session fold state for the compacted changelog",
+                2: "issue 10: new reasons, items_digest_stable, parked checkpoint_session_id",
+            },
         ),
     }
 )
