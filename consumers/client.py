@@ -63,10 +63,12 @@ _LEADER_MOVING = (
 
 
 def wall_clock_ms() -> int:
+    """The default `Clock`: wall-clock milliseconds since the Unix epoch."""
     return time.time_ns() // 1_000_000
 
 
 def new_id() -> str:
+    """A fresh random id (32 hex characters) for events and intents."""
     return uuid.uuid4().hex
 
 
@@ -89,7 +91,9 @@ class ReconcilerApi(Protocol):
         kind: IntentKind = IntentKind.REGISTER,
         persisted_count: int = 0,
         tools_ran: bool = False,
-    ) -> str: ...
+    ) -> str:
+        """Durably register a pending write before the Session is touched; its intent id."""
+        ...
 
     def acknowledge(
         self,
@@ -100,7 +104,9 @@ class ReconcilerApi(Protocol):
         fence_token: int | None = None,
         ignore_ids: bool = False,
         observed_tail: Sequence[Mapping[str, Any]] | None = None,
-    ) -> None: ...
+    ) -> None:
+        """Report the outcome of the append of ``intent_id`` durably."""
+        ...
 
     def resume(
         self,
@@ -113,7 +119,9 @@ class ReconcilerApi(Protocol):
         observed_tail: Sequence[Mapping[str, Any]],
         timeout_s: float = 15.0,
         request_id: str | None = None,
-    ) -> ResumeOutcome: ...
+    ) -> ResumeOutcome:
+        """Ask for continuation authority after a restore; the final answer, typed."""
+        ...
 
 
 class ReconcilerClient:
@@ -361,6 +369,7 @@ class ReconcilerClient:
                 return decision
 
     def close(self) -> None:
+        """Flush what is still being produced and close both Kafka clients (idempotent)."""
         if self._closed:
             return
         self._closed = True
@@ -381,13 +390,17 @@ class AsyncReconcilerClient:
         self.sync = client
 
     async def register_intent(self, **kwargs: Any) -> str:
+        """`ReconcilerClient.register_intent` in a worker thread."""
         return await asyncio.to_thread(lambda: self.sync.register_intent(**kwargs))
 
     async def acknowledge(self, **kwargs: Any) -> None:
+        """`ReconcilerClient.acknowledge` in a worker thread."""
         await asyncio.to_thread(lambda: self.sync.acknowledge(**kwargs))
 
     async def resume(self, **kwargs: Any) -> ResumeOutcome:
+        """`ReconcilerClient.resume` in a worker thread."""
         return await asyncio.to_thread(lambda: self.sync.resume(**kwargs))
 
     async def close(self) -> None:
+        """`ReconcilerClient.close` in a worker thread."""
         await asyncio.to_thread(self.sync.close)

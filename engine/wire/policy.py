@@ -48,6 +48,7 @@ class RecordPolicy:
 
     @property
     def full_name(self) -> str:
+        """The Avro full name shared by every version, e.g. ``io.reconciler.Intent``."""
         return f"{NAMESPACE}.{self.record_name}"
 
 
