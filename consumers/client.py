@@ -89,7 +89,7 @@ class ReconcilerApi(Protocol):
         fence_token: int | None = None,
         intent_id: str | None = None,
         kind: IntentKind = IntentKind.REGISTER,
-        persisted_count: int = 0,
+        persisted_count: int | None = None,
         tools_ran: bool = False,
     ) -> str:
         """Durably register a pending write before the Session is touched; its intent id."""
@@ -119,6 +119,7 @@ class ReconcilerApi(Protocol):
         observed_tail: Sequence[Mapping[str, Any]],
         timeout_s: float = 15.0,
         request_id: str | None = None,
+        checkpoint_session_id: str | None = None,
     ) -> ResumeOutcome:
         """Ask for continuation authority after a restore; the final answer, typed."""
         ...
@@ -209,7 +210,7 @@ class ReconcilerClient:
         fence_token: int | None = None,
         intent_id: str | None = None,
         kind: IntentKind = IntentKind.REGISTER,
-        persisted_count: int = 0,
+        persisted_count: int | None = None,
         tools_ran: bool = False,
     ) -> str:
         """Register a pending write before the append; returns its intent id once durable."""
@@ -270,6 +271,7 @@ class ReconcilerClient:
         observed_tail: Sequence[Mapping[str, Any]],
         timeout_s: float = 15.0,
         request_id: str | None = None,
+        checkpoint_session_id: str | None = None,
     ) -> ResumeOutcome:
         """Ask for continuation authority and return the engine's final answer.
 
@@ -286,6 +288,7 @@ class ReconcilerClient:
             pending=pending,
             observed_tail=observed_tail,
             checkpoint_sequence=checkpoint_sequence,
+            checkpoint_session_id=checkpoint_session_id,
         )
         started = time.monotonic()
         decision = self.submit(request, timeout_s=timeout_s)

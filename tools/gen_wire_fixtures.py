@@ -114,6 +114,7 @@ SAMPLES: dict[RecordType, dict[str, Callable[[], WireModel]]] = {
             intent_id="in-1",
             runner_id="runner-a",
             binding=BINDING_MIN,
+            persisted_count=0,  # the v1 default (v2: null, unknown)
             sequence=0,
         ),
         "full": lambda: IntentEvent(
@@ -312,6 +313,11 @@ def upgrade(record_type: RecordType, variant: str, model: WireModel, version: in
                 "binding": model.binding.model_copy(update=unstable),
                 "health_reason": Reason.DIGEST_UNSTABLE,
                 "parked_resumes": parked,
+                "parked_intents": [
+                    upgrade(
+                        RecordType.INTENT, "full", SAMPLES[RecordType.INTENT]["full"](), version
+                    )
+                ],
             }
         )
     return model

@@ -23,7 +23,7 @@ from engine.core.events import (
     Verdict,
 )
 from engine.core.state import (
-    PARKED_LIMIT,
+    PARKED_WRITES_LIMIT,
     UNRESOLVED,
     Health,
     IntentSlot,
@@ -32,8 +32,16 @@ from engine.core.state import (
 )
 
 
-def fold_ack(state: SessionState, event: AckEvent) -> tuple[SessionState, Decision]:
+def fold_ack(
+    state: SessionState, event: AckEvent, suffix: AnswerSuffix = AnswerSuffix.FIRST
+) -> tuple[SessionState, Decision]:
     slot = state.slot
+    if not ack_ready(state, event):
+        parked = [*state.parked_acks, event][-PARKED_WRITES_LIMIT:]
+        why = "the ack refers to an intent, fence or release the engine has not folded yet"
+        return with_(state, parked_acks=parked), decide(
+            state, event, Verdict.RECORDED, Reason.PARKED, trail=make_trail((TrailStep.WHY, why))
+        )
     if event.source is AckSource.RUNNER:
         refusal = check_writer(state, event.runner_id, event.fence_token, event.event_time_ms)
         if refusal is not None:
@@ -54,17 +62,38 @@ def fold_ack(state: SessionState, event: AckEvent) -> tuple[SessionState, Decisi
                     trail=make_trail((TrailStep.ALERT, why)),
                     action=ACTION_REPAIR,
                     alert=True,
+                    suffix=suffix,
                 )
-            return state, reject(state, event, refusal, "ack from a runner without authority")
-    if slot is None or slot.intent_id != event.intent_id:
-        if event.intent_id == state.previous_intent_id:
-            return state, decide(state, event, Verdict.RECORDED, Reason.ACCEPTED)
-        parked = [*state.parked_acks, event][-PARKED_LIMIT:]
-        return with_(state, parked_acks=parked), decide(
-            state, event, Verdict.RECORDED, Reason.PARKED
-        )
+            if refusal is Reason.STALE_FENCE:
+                # Evidence of an attempt older than the current grant: recorded, kept out of
+                # the current attempt (whether it is folded before or after the grant).
+                why = f"ack under fence {event.fence_token}, older than {state.fence_token}"
+                trail = make_trail((TrailStep.WHY, why))
+                return state, decide(
+                    state, event, Verdict.RECORDED, refusal, trail=trail, suffix=suffix
+                )
+            why = "ack from a runner without authority"
+            return state, reject(state, event, refusal, why, suffix)
+    if slot is None or slot.intent_id != event.intent_id:  # the superseded intent's ack
+        return state, decide(state, event, Verdict.RECORDED, Reason.ACCEPTED, suffix=suffix)
     new_state, reason, alert = apply_ack(state, slot, event)
-    return new_state, ack_answer(new_state, event, reason, alert, AnswerSuffix.FIRST)
+    return new_state, ack_answer(new_state, event, reason, alert, suffix)
+
+
+def ack_ready(state: SessionState, event: AckEvent) -> bool:
+    """Whether the engine has folded everything this ack refers to.
+
+    Not yet: a fence newer than any grant (the grant's resume is still on its way), an intent
+    id it has not seen, or a COMMITTED for a batch still held (the RELEASE or DISCARD that says
+    what was written is still on its way). Correctness may not depend on which topic is read
+    first, so such an ack waits instead of being judged on a state that is behind.
+    """
+    if event.fence_token is not None and event.fence_token > state.fence_token:
+        return False
+    slot = state.slot
+    if slot is None or slot.intent_id != event.intent_id:
+        return event.intent_id == state.previous_intent_id
+    return not (event.outcome is AckOutcome.COMMITTED and slot.status is SlotStatus.HELD)
 
 
 def ack_answer(
@@ -131,7 +160,7 @@ def _apply_evidence(
     if event.outcome is AckOutcome.COMMITTED and count == 0:
         event = event.model_copy(update={"outcome": AckOutcome.NOT_WRITTEN})
     if event.outcome is AckOutcome.COMMITTED:
-        if slot.status is SlotStatus.HELD:
+        if slot.status in (SlotStatus.HELD, SlotStatus.DISCARDED):
             return (
                 with_(state, health=Health.VIOLATED, health_reason=Reason.GATE_VIOLATION),
                 Reason.GATE_VIOLATION,

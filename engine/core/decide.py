@@ -108,7 +108,13 @@ def _remember(state: SessionState, event_id: str) -> SessionState:
     return with_(state, recent_event_ids=recent)
 
 
-def reject(state: SessionState, event: Event, reason: Reason, why: str) -> Decision:
+def reject(
+    state: SessionState,
+    event: Event,
+    reason: Reason,
+    why: str,
+    suffix: AnswerSuffix = AnswerSuffix.FIRST,
+) -> Decision:
     action = ACTION_BINDING if reason is Reason.BINDING_MISMATCH else None
     return decide(
         state,
@@ -117,6 +123,7 @@ def reject(state: SessionState, event: Event, reason: Reason, why: str) -> Decis
         reason,
         trail=make_trail((TrailStep.WHY, why)),
         action=action,
+        suffix=suffix,
     )
 
 

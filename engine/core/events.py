@@ -75,7 +75,10 @@ class IntentEvent(_Frozen):
     ``before`` is the digests of the tail read right before the append (None: the append has not
     started; always None for HELD). ``items`` is the batch (for RELEASE: the settle batch, which
     must start with the held batch). ``tools_ran`` says the batch's tool calls already executed
-    (meaningful for DISCARD: discarding then loses their outputs).
+    (meaningful for DISCARD: discarding then loses their outputs). ``persisted_count`` is the
+    SDK's counter from the pending record when the client can see it (held batches), null when
+    it cannot (an ordinary append registered from inside ``add_items``); the engine compares it
+    with the resume's record whenever it is known.
     """
 
     event_id: str
@@ -88,7 +91,7 @@ class IntentEvent(_Frozen):
     binding: Binding
     before: list[Digest] | None = None
     items: list[ItemFacts] = Field(default_factory=list)
-    persisted_count: int = 0
+    persisted_count: int | None = None
     sequence: int
     tools_ran: bool = False
 

@@ -7,16 +7,20 @@ Decisions per input (what the engine service can check end to end):
   WITHHELD or DEFERRED. Duplicates (same ``event_id`` inside the de-duplication window) are
   answered too, with the same ``decision_id``: a duplicate of the granting resume is re-answered
   with the same grant and fence; any other duplicate gets RECORDED/WITHHELD ``DUPLICATE``.
-* A resume whose pending record names an intent the engine has not seen yet is answered
-  ``DEFERRED`` (``final=False``) and parked; when that intent arrives, the fold emits one more
-  decision for it, ``decision_id == resume_event_id + "/final"``, alongside the intent's answer.
+* An input that refers to something not folded yet waits (`parked.py`): a resume whose
+  checkpoint is ahead of the engine (DEFERRED, ``final=False``), an ack ahead of its intent,
+  fence or release, an intent under a fence not granted yet (RECORDED PARKED). Each gets one
+  more decision when it is answered for good, ``decision_id == event_id + "/final"``; a parked
+  resume gets it within ``PARK_MS`` of intent event time (README "Timing rules").
+* Every decision carries a ``runner_action`` (README "Runner actions").
 
 Authority: at most one holder per session. A grant carries a fence token that only grows
-(``max(previous + 1, position)``, the resume's offset). The first intent of a fresh session makes
-its runner the implicit holder (fence 0). A holder's lease runs ``LEASE_MS`` of event time from
-the grant or from its last accepted write; while it runs, other runners are withheld
-HELD_BY_OTHER. A granted checkpoint is consumed: another resume of it is withheld. A resume whose
-checkpoint knew less than the session's progress is withheld STALE_CHECKPOINT.
+(``max(previous + 1, position)``, the resume's offset in its topic partition). The first
+intent of a fresh session makes its runner the implicit holder (fence 0). A holder's lease runs
+``LEASE_MS`` of event time from the grant or from its last accepted write; while it runs, other
+runners are withheld HELD_BY_OTHER. A granted checkpoint is consumed: another resume of it is
+withheld. A resume whose checkpoint knew less than the session's progress is withheld
+STALE_CHECKPOINT.
 
 Health: AMBIGUOUS or VIOLATED is sticky; only a repair clears it. Nothing grants on ambiguity.
 """
@@ -47,6 +51,7 @@ from engine.core.events import (
     Verdict,
 )
 from engine.core.intents import fold_intent
+from engine.core.parked import drain, fence_ahead, park_intent
 from engine.core.repairs import fold_repair
 from engine.core.resumes import expire_parked, fold_resume
 from engine.core.state import RECENT_EVENT_IDS, Health, SessionState, SlotStatus
@@ -70,18 +75,29 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
     if event.event_id in state.recent_event_ids:
         return FoldResult(state, (_answer_duplicate(state, event),))
     remembered = _remember(state, event.event_id)
+    new_state, decisions = _dispatch(remembered, event, position)
+    new_state, finals = drain(new_state)
     if isinstance(event, IntentEvent):
-        folded = fold_intent(remembered, event)
-        expired, answers = expire_parked(folded.state, event.event_time_ms)
-        return FoldResult(expired, (*folded.decisions, *answers))
+        new_state, expired = expire_parked(new_state, event.event_time_ms)
+        finals.extend(expired)
+    return FoldResult(new_state, (*decisions, *finals))
+
+
+def _dispatch(
+    state: SessionState, event: Event, position: int
+) -> tuple[SessionState, list[Decision]]:
+    if isinstance(event, IntentEvent):
+        if fence_ahead(state, event.fence_token):
+            return park_intent(state, event)
+        new_state, decision = fold_intent(state, event)
+        return new_state, [decision]
     if isinstance(event, AckEvent):
-        new_state, decision = fold_ack(remembered, event)
-        return FoldResult(new_state, (decision,))
+        new_state, decision = fold_ack(state, event)
+        return new_state, [decision]
     if isinstance(event, ResumeEvent):
-        new_state, decisions = fold_resume(remembered, event, position)
-        return FoldResult(new_state, tuple(decisions))
-    new_state, decision = fold_repair(remembered, event)
-    return FoldResult(new_state, (decision,))
+        return fold_resume(state, event, position)
+    new_state, decision = fold_repair(state, event)
+    return new_state, [decision]
 
 
 def replay(events: Iterable[Event]) -> list[Decision]:

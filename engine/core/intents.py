@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from engine.core.authority import check_writer
 from engine.core.decide import (
-    FoldResult,
     decide,
     make_trail,
     reject,
@@ -19,7 +18,6 @@ from engine.core.events import (
     TrailStep,
     Verdict,
 )
-from engine.core.resumes import apply_parked
 from engine.core.state import (
     LEASE_MS,
     UNRESOLVED,
@@ -30,13 +28,9 @@ from engine.core.state import (
 )
 
 
-def fold_intent(state: SessionState, event: IntentEvent) -> FoldResult:
-    new_state, decision = _apply_intent(state, event)
-    decisions = [decision]
-    if decision.verdict is Verdict.RECORDED and new_state.slot is not None:
-        new_state, more = apply_parked(new_state, new_state.slot.intent_id)
-        decisions.extend(more)
-    return FoldResult(new_state, tuple(decisions))
+def fold_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, Decision]:
+    """Answer an intent whose fence the engine knows (`parked.py` holds the others back)."""
+    return _apply_intent(state, event)
 
 
 def _apply_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, Decision]:
@@ -156,7 +150,10 @@ def _hold(state: SessionState, event: IntentEvent) -> tuple[SessionState, Decisi
     slot = state.slot
     if not event.items or event.before is not None:
         return state, reject(state, event, Reason.INVALID, "a held batch has items, no before")
-    if slot is not None and slot.status in UNRESOLVED and not slot.held:
+    # A later write supersedes an ordinary one, as for REGISTER: the writer moved on, so its
+    # append returned (its ack may simply not be folded yet).
+    ordinary = slot is not None and slot.status in UNRESOLVED and not slot.held
+    if ordinary and slot is not None and event.sequence <= slot.sequence:
         return state, reject(state, event, Reason.SLOT_OCCUPIED, "an ordinary write stands")
     # A re-park replaces the standing held batch with its superset (one canonical batch).
     superset = slot is None or event.items[: len(slot.items)] == slot.items

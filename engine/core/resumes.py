@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.core.acks import ack_answer, apply_ack
+from engine.core.answers import withhold
 from engine.core.decide import (
     ACTION_BINDING,
     ACTION_LOST_INTENT,
@@ -12,7 +12,6 @@ from engine.core.decide import (
     make_trail,
     with_,
 )
-from engine.core.errors import CoreError
 from engine.core.events import (
     AnswerSuffix,
     Decision,
@@ -21,52 +20,20 @@ from engine.core.events import (
     TrailStep,
     Verdict,
 )
-from engine.core.reconcile import reconcile, withhold
+from engine.core.reconcile import reconcile
 from engine.core.state import (
     PARK_MS,
     PARKED_LIMIT,
+    UNRESOLVED,
     Health,
     ParkedResume,
     SessionState,
 )
 
 
-def apply_parked(state: SessionState, intent_id: str) -> tuple[SessionState, list[Decision]]:
-    decisions: list[Decision] = []
-    acks = [a for a in state.parked_acks if a.intent_id == intent_id]
-    if acks:
-        state = with_(state, parked_acks=[a for a in state.parked_acks if a.intent_id != intent_id])
-        for ack in acks:
-            slot = state.slot
-            if slot is not None:
-                # The ack was answered PARKED on arrival; now that its evidence counts, it gets
-                # its final answer (and the alert, if it moved the session out of CLEAR).
-                state, reason, alert = apply_ack(state, slot, ack)
-                decisions.append(ack_answer(state, ack, reason, alert, AnswerSuffix.FINAL))
-    waiting = [
-        p
-        for p in state.parked_resumes
-        if p.resume.pending and p.resume.pending.intent_id == intent_id
-    ]
-    if waiting:
-        rest = [
-            p
-            for p in state.parked_resumes
-            if not (p.resume.pending and p.resume.pending.intent_id == intent_id)
-        ]
-        state = with_(state, parked_resumes=rest)
-        for parked in waiting:
-            state, decision = evaluate_resume(
-                state, parked.resume, parked.position, AnswerSuffix.FINAL
-            )
-            decisions.append(decision)
-    return state, decisions
-
-
 def fold_resume(
     state: SessionState, event: ResumeEvent, position: int
 ) -> tuple[SessionState, list[Decision]]:
-    pending = event.pending
     foreign = event.checkpoint_session_id
     if foreign is not None and foreign != event.session_id:
         why = f"the checkpoint belongs to session {foreign}, not to {event.session_id}"
@@ -74,15 +41,33 @@ def fold_resume(
             state, event, Reason.BINDING_MISMATCH, why, AnswerSuffix.FIRST, action=ACTION_BINDING
         )
         return new_state, [decision]
-    known = (
-        state.slot is not None
-        and pending is not None
-        and (pending.intent_id in (state.slot.intent_id, state.previous_intent_id))
-    )
-    if pending is not None and not known:
+    if awaits(state, event):
         return _park(state, event, position)
     new_state, decision = evaluate_resume(state, event, position, AnswerSuffix.FIRST)
     return new_state, [decision]
+
+
+def awaits(state: SessionState, event: ResumeEvent) -> bool:
+    """Whether the checkpoint refers to writes the engine has not folded yet.
+
+    It knew a later write than the engine has seen (the intents topic is behind the resumes
+    topic), or names an intent the engine has not seen, or a released batch whose RELEASE has
+    not arrived, or it has no record while the write it knew is still open here. Judging it
+    now would answer on a state that is behind the checkpoint; it is DEFERRED instead and
+    answered when the intents and acks catch up.
+    """
+    slot, pending = state.slot, event.pending
+    if event.checkpoint_sequence != state.progress_sequence:
+        # Ahead: wait for the intents. Behind: a stale checkpoint, judged as such now.
+        return event.checkpoint_sequence > state.progress_sequence
+    if pending is None:
+        # The runner dropped the record only after its append returned and was acked (client
+        # contract): the ack of that open write is on its way.
+        open_write = slot is not None and slot.status in UNRESOLVED and not slot.held
+        return open_write and slot is not None and event.checkpoint_sequence >= slot.sequence
+    if slot is None or pending.intent_id not in (slot.intent_id, state.previous_intent_id):
+        return True
+    return pending.intent_id == slot.intent_id and slot.held and not pending.held
 
 
 def _park(
@@ -90,11 +75,10 @@ def _park(
 ) -> tuple[SessionState, list[Decision]]:
     """DEFERRED now; the final answer comes with the intent, or when it is overdue or evicted."""
     pending = event.pending
-    if pending is None:
-        raise CoreError("only a resume with a pending record waits for its intent")
     parked = [*state.parked_resumes, ParkedResume(resume=event, position=position)]
     evicted, kept = parked[:-PARKED_LIMIT], parked[-PARKED_LIMIT:]
-    why = f"the checkpoint names intent {pending.intent_id}, not registered yet"
+    named = "no pending write" if pending is None else f"intent {pending.intent_id}"
+    why = f"the checkpoint ({named}, write {event.checkpoint_sequence}) is ahead of the engine"
     decisions = [
         decide(
             state,

@@ -65,7 +65,7 @@ POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
             2,
             {
                 1: "register/held/release/discard of a pending Session write",
-                2: "Binding.items_digest_stable (issue 10)",
+                2: "Binding.items_digest_stable, nullable persisted_count (issue 10)",
             },
         ),
         RecordType.ACK: _policy(
@@ -103,7 +103,7 @@ POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
             2,
             {
                 1: "per-session fold state for the compacted changelog",
-                2: "issue 10: new reasons, items_digest_stable, parked checkpoint_session_id",
+                2: "parked_intents, new reasons, digest stability, nullable persisted_count",
             },
         ),
     }

@@ -64,10 +64,12 @@ def test_row1_fenced_store_grant_says_store_enforced() -> None:
 def test_row2_copies_of_a_checkpoint_without_before_one_after_the_other() -> None:
     decisions = replay(
         [
-            resume("a", None, [U, C], runner="copy-a", checkpoint="park", seq=0, t=1_000),
+            resume("a", None, [U, C], runner="copy-a", checkpoint="park", seq=-1, t=1_000),
             intent("e1", BATCH, BEFORE, runner="copy-a", fence=1, seq=1, t=2_000),
             ack("k", AckOutcome.COMMITTED, runner="copy-a", fence=1, t=3_000),
-            resume("b", None, [U, C, OUTPUT], runner="copy-b", checkpoint="park", seq=0, t=900_000),
+            resume(
+                "b", None, [U, C, OUTPUT], runner="copy-b", checkpoint="park", seq=-1, t=900_000
+            ),
         ]
     )
     assert decisions[0].verdict == Verdict.CONTINUE
@@ -77,9 +79,9 @@ def test_row2_copies_of_a_checkpoint_without_before_one_after_the_other() -> Non
 def test_row2_a_copy_of_another_id_after_progress_is_stale() -> None:
     decisions = replay(
         [
-            resume("a", None, [U, C], runner="copy-a", checkpoint="park", seq=0, t=1_000),
+            resume("a", None, [U, C], runner="copy-a", checkpoint="park", seq=-1, t=1_000),
             intent("e1", BATCH, BEFORE, runner="copy-a", fence=1, seq=1, t=2_000),
-            resume("b", None, [U, C], runner="copy-b", checkpoint="park-copy", seq=0, t=900_000),
+            resume("b", None, [U, C], runner="copy-b", checkpoint="park-copy", seq=-1, t=900_000),
         ]
     )
     assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.STALE_CHECKPOINT)
