@@ -28,10 +28,19 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.core.errors import StateRecordError
-from engine.core.events import AckEvent, Binding, ItemFacts, Reason, ResumeEvent, Verdict
+from engine.core.events import (
+    AckEvent,
+    Binding,
+    ItemFacts,
+    Reason,
+    ResumeEvent,
+    Verdict,
+)
 
 LEASE_MS = 60_000
 """How long (event time) a grant or a holder's last write keeps other runners out."""
+PARK_MS = LEASE_MS
+"""How long (event time) a resume may wait for the intent its checkpoint names."""
 RECENT_EVENT_IDS = 8
 PARKED_LIMIT = 4
 

@@ -13,8 +13,19 @@ from engine.core.events import (
     Verdict,
 )
 from engine.core.fold import replay
-from tests.unit.core.builders import ack, call, intent, msg, out, record, repair, resume
+from tests.unit.core.builders import (
+    BINDING,
+    ack,
+    call,
+    intent,
+    msg,
+    out,
+    record,
+    repair,
+    resume,
+)
 
+UNSTABLE = BINDING.model_copy(update={"items_digest_stable": False})
 U, C, OUTPUT = msg("charge 7"), call("charge-1"), out("charge-1")
 BEFORE, BATCH = [U, C], [OUTPUT]
 
@@ -93,6 +104,19 @@ def test_row4_changed_ids_policy_is_a_binding_mismatch() -> None:
 
 
 def test_row5_store_ack_wins_over_digest_drift() -> None:
+    # The backend adds a `status` field to what it stores, and its binding says so.
+    drifted = [U, C, {**OUTPUT, "status": "completed"}]
+    decisions = replay(
+        [
+            intent("e1", BATCH, BEFORE, binding=UNSTABLE),
+            ack("k", AckOutcome.COMMITTED, source=AckSource.STORE, runner=""),
+            resume("r", record(BATCH, BEFORE), drifted, binding=UNSTABLE),
+        ]
+    )
+    assert _verdicts(decisions)[-1] == (Verdict.CONTINUE, Reason.COMMITTED_BY_STORE)
+
+
+def test_row5_drift_on_a_digest_stable_binding_is_a_changed_history() -> None:
     drifted = [U, C, {**OUTPUT, "status": "completed"}]
     decisions = replay(
         [
@@ -101,7 +125,8 @@ def test_row5_store_ack_wins_over_digest_drift() -> None:
             resume("r", record(BATCH, BEFORE), drifted),
         ]
     )
-    assert _verdicts(decisions)[-1] == (Verdict.CONTINUE, Reason.COMMITTED_BY_STORE)
+    assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.HISTORY_CHANGED)
+    assert decisions[-1].alert
 
 
 def test_row5_without_store_evidence_drift_is_withheld_not_absent() -> None:

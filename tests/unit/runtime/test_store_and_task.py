@@ -3,6 +3,7 @@ the states, commit/abort of the write cache (COMMIT_PROTOCOL.md steps 2, 3, 6 an
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def test_a_failing_write_batch_changes_nothing(tmp_path: Path) -> None:
         raise RuntimeError("disk gone")
 
     class Exploding:
-        def __iter__(self):  # type: ignore[no-untyped-def]
+        def __iter__(self) -> Iterator[StoreWrite]:
             yield StoreWrite("a", b"2")
             yield from broken()
 
