@@ -29,9 +29,12 @@ demo: setup
 	$(PY) tools/kafka_local.py start --instance dev
 	$(VENV)/bin/reconciler demo --embedded-engine --bootstrap-servers $(BOOTSTRAP)
 
-## soak: the kill -9 loop with many kills (figures for the notes; not part of make test).
+## soak: 100 kill -9s of the engine and 20 broker restarts, each under load, then the
+## exactly-once check (figures for the notes; not part of make test). KILLS=, RESTARTS= override.
 soak: setup
-	RECONCILER_SOAK_KILLS=$${KILLS:-100} bash tools/test.sh -m kafka tests/integration/test_engine_crash.py -q
+	RECONCILER_SOAK_KILLS=$${KILLS:-100} RECONCILER_SOAK_RESTARTS=$${RESTARTS:-20} bash tools/test.sh \
+		-m kafka tests/integration/test_engine_crash.py \
+		"tests/integration/test_engine_resilience.py::test_broker_restart_under_load" -q -s
 
 ## soak-core: the lifecycle property over 100,000 random examples (no broker; figures for the notes).
 soak-core: setup
