@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint typecheck broker-start broker-stop demo soak bench clean
+.PHONY: setup run test test-deploy test-fast lint typecheck broker-start broker-stop demo soak bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"' \
@@ -38,9 +38,16 @@ bench: setup
 	$(PY) tools/kafka_local.py start --instance dev
 	$(PY) -m tools.bench_engine --bootstrap-servers $(BOOTSTRAP)
 
-## test: lint, type-check, and the whole suite against a real broker it starts (and stops).
+## test: lint, type-check, the deploy checks, and the whole suite against a real broker it
+## starts (and stops).
 test: setup
 	bash tools/test.sh
+
+## test-deploy: helm lint/template + Kubernetes schema validation of the chart, promtool checks
+## and unit tests of the alert rules. Installs Helm, kubernetes-validate (and, as root, Debian's
+## prometheus package) once, into ~/.cache/reconciler/tools (tools/deploy_tools.py).
+test-deploy: setup
+	$(PY) -m tools.deploy_check
 
 ## test-fast: the tests that need no broker.
 test-fast: setup
