@@ -2,14 +2,13 @@
 
 * `ReconcilerClient`: durable intents and acks, and ``resume`` answered by the engine's final
   decision (typed `ResumeOutcome`: `ContinueWithoutReplay`, `AppendOnce`, `Withheld`).
-* `FencedSQLiteSession`: openai-agents' `SQLiteSession` that refuses appends with a stale fence.
-* `ReconciledSession`, `restore_run_state`: the openai-agents integration.
+* `Checkpoint`: the envelope a runner saves (RunState JSON, checkpoint id, write sequence).
+* The openai-agents integration lives in `consumers.agents` (``pip install 'reconciler[agents]'``);
+  importing `consumers` never imports ``agents``.
 
 `ReconcilerClientError` is the root of every exception raised here.
 """
 
-from consumers.agents_resume import restore_run_state, resume_from_checkpoint
-from consumers.agents_session import ReconciledSession
 from consumers.checkpoint import Checkpoint
 from consumers.client import AsyncReconcilerClient, ReconcilerApi, ReconcilerClient
 from consumers.errors import (
@@ -25,7 +24,6 @@ from consumers.errors import (
     StoreRolledBackError,
     TopicUnavailableError,
 )
-from consumers.fenced_sqlite import FencedSQLiteSession
 from consumers.outcomes import AppendOnce, ContinueWithoutReplay, ResumeOutcome, Withheld
 
 __all__ = [
@@ -36,11 +34,9 @@ __all__ = [
     "CheckpointError",
     "ContinuationWithheldError",
     "ContinueWithoutReplay",
-    "FencedSQLiteSession",
     "NotResumedError",
     "ProtocolError",
     "PublishError",
-    "ReconciledSession",
     "ReconcilerApi",
     "ReconcilerClient",
     "ReconcilerClientError",
@@ -50,6 +46,4 @@ __all__ = [
     "StoreRolledBackError",
     "TopicUnavailableError",
     "Withheld",
-    "restore_run_state",
-    "resume_from_checkpoint",
 ]

@@ -30,7 +30,6 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, Producer,
 from consumers import messages
 from consumers.errors import PublishError, ResumeTimeoutError, TopicUnavailableError
 from consumers.outcomes import ResumeOutcome, answers, outcome_from_decision
-from consumers.topics import ClientTopics
 from engine.core.events import (
     AckOutcome,
     Binding,
@@ -41,6 +40,7 @@ from engine.core.events import (
 )
 from engine.wire import Codec, DecodeError, RecordType, WireModel
 from engine.wire.partitioner import partition_for
+from engine.wire.topics import TopicNames
 
 Clock = Callable[[], int]
 """Event time in int milliseconds since the epoch (the only clock the engine knows)."""
@@ -114,7 +114,7 @@ class ReconcilerClient:
         clock: Clock = wall_clock_ms,
     ) -> None:
         self.runner_id = runner_id
-        self.topics = ClientTopics(prefix=topic_prefix)
+        self.topics = TopicNames(prefix=topic_prefix)
         self.clock = clock
         self._codec = Codec()
         self._delivery_timeout_s = delivery_timeout_s

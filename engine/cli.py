@@ -32,7 +32,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _topics_create(args: argparse.Namespace) -> int:
-    from engine.topics import create_topics
+    from engine.admin.topics import create_topics
 
     settings = _settings(args)
     created = create_topics(settings)
@@ -46,7 +46,7 @@ def _topics_create(args: argparse.Namespace) -> int:
 
 
 def _topics_verify(args: argparse.Namespace) -> int:
-    from engine.topics import verify_topics
+    from engine.admin.topics import verify_topics
 
     verify_topics(_settings(args))
     print("topics verified")
@@ -56,9 +56,9 @@ def _topics_verify(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import logging
 
+    from engine.admin.topics import verify_topics
     from engine.runtime.engine import Engine
     from engine.runtime.metrics import EngineMetrics, serve_health
-    from engine.topics import verify_topics
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = load_settings(
@@ -85,15 +85,15 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from engine.ops import explain
+    from engine.admin.explain import explain
 
     print(explain(_settings(args), args.session))
     return 0
 
 
 def _repair(args: argparse.Namespace) -> int:
+    from engine.admin.repair import repair
     from engine.core.events import RepairResolution
-    from engine.ops import repair
 
     decision = repair(
         _settings(args),

@@ -19,6 +19,8 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from engine.admin.explain import session_decisions
+from engine.admin.topics import create_topics
 from engine.core.digest import item_facts
 from engine.core.events import (
     AckEvent,
@@ -35,9 +37,7 @@ from engine.core.events import (
     ResumeEvent,
 )
 from engine.core.state import LEASE_MS
-from engine.ops import session_decisions
 from engine.settings import Settings
-from engine.topics import create_topics
 from engine.wire import Codec
 
 USER = {"role": "user", "content": "refund order 7"}

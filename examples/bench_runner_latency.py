@@ -17,11 +17,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from consumers import FencedSQLiteSession, ReconciledSession, ReconcilerClient
+from consumers import ReconcilerClient
+from consumers.agents import FencedSQLiteSession, ReconciledSession
+from engine.admin.topics import create_topics
 from engine.core.events import Binding
 from engine.runtime.engine import Engine
 from engine.settings import load_settings
-from engine.topics import create_topics
 
 BINDING = Binding(backend_id="bench", namespace="bench")
 

@@ -10,11 +10,10 @@ from typing import Any
 
 from agents import Agent, Runner
 
-from consumers import (
-    Checkpoint,
+from consumers import Checkpoint, ReconcilerClient
+from consumers.agents import (
     FencedSQLiteSession,
     ReconciledSession,
-    ReconcilerClient,
     restore_run_state,
 )
 

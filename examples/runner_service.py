@@ -32,9 +32,11 @@ from agents.testing.model import assistant_message, function_call
 from consumers import (
     Checkpoint,
     ContinuationWithheldError,
+    ReconcilerClient,
+)
+from consumers.agents import (
     FencedSQLiteSession,
     ReconciledSession,
-    ReconcilerClient,
     restore_run_state,
 )
 from consumers.client import wall_clock_ms

@@ -26,6 +26,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from engine.admin.topics import create_topics
 from engine.core.events import Event, ResumeEvent
 from engine.core.fold import replay
 from engine.core.state import SessionState
@@ -33,7 +34,6 @@ from engine.runtime.restore import restore_partition
 from engine.runtime.state_codec import encode_state
 from engine.runtime.store import LocalStore
 from engine.settings import Settings, load_settings
-from engine.topics import create_topics
 from engine.wire import Codec, RecordType
 from tools.bench_fold import BINDING, build_log, session_events
 

@@ -20,11 +20,6 @@ from engine.wire.limits import DEFAULT_LIMITS, WireLimits
 from engine.wire.policy import POLICY, RecordPolicy, RecordType
 from engine.wire.registry import RegistryFraming, RegistryUnavailableError
 from engine.wire.schema_store import SHIPPED_SCHEMAS, SchemaStore, ShippedSchema
-from engine.wire.sdk_checkpoint import (
-    SdkPendingWrite,
-    pending_record,
-    read_pending_session_write,
-)
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -44,13 +39,10 @@ __all__ = [
     "RegistryUnavailableError",
     "SchemaPolicyError",
     "SchemaStore",
-    "SdkPendingWrite",
     "ShippedSchema",
     "SingleObjectFraming",
     "SourcePosition",
     "WireError",
     "WireLimits",
     "WireModel",
-    "pending_record",
-    "read_pending_session_write",
 ]

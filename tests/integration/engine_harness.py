@@ -17,10 +17,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
+from engine.admin.topics import create_topics
 from engine.core.events import Decision, Event
 from engine.runtime.engine import Engine
 from engine.settings import Settings, load_settings
-from engine.topics import create_topics
 from engine.wire import Codec, DeadLetter, RecordType
 
 CODEC = Codec()

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from engine.admin.explain import explain
+from engine.admin.repair import repair
 from engine.cli import main
 from engine.core.events import AckOutcome, Event, RepairResolution, Verdict
 from engine.demo import run_embedded
-from engine.ops import explain, repair
 from engine.settings import load_settings
 from tests.integration.engine_harness import engine_settings, engine_thread, produce, read_decisions
 from tests.integration.exactly_once import OUT, C, U

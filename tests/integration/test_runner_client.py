@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers.agents_resume import restore_run_state
+from consumers.agents.resume import restore_run_state
 from consumers.client import AsyncReconcilerClient, ReconcilerClient
 from consumers.errors import NotResumedError, ReconcilerClientError, ResumeTimeoutError
 from consumers.outcomes import ContinueWithoutReplay, ResumeOutcome, Withheld

@@ -20,11 +20,11 @@ import pytest
 from agents import Runner
 from agents.run_state import RunState
 
-from consumers.agents_resume import restore_run_state, resume_from_checkpoint
+from consumers.agents.fenced_sqlite import FencedSQLiteSession
+from consumers.agents.resume import restore_run_state, resume_from_checkpoint
 from consumers.checkpoint import Checkpoint
 from consumers.client import Clock, ReconcilerClient
 from consumers.errors import ContinuationWithheldError, StaleFenceError
-from consumers.fenced_sqlite import FencedSQLiteSession
 from consumers.outcomes import AppendOnce, ContinueWithoutReplay, Withheld
 from engine.core.events import Reason
 from tests.integration.engine_harness import engine_settings, engine_thread

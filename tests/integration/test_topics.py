@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
+from engine.admin.topics import create_topics, verify_topics
 from engine.cli import main
 from engine.errors import TopicLayoutError
 from engine.settings import load_settings
-from engine.topics import create_topics, verify_topics
 from tests.integration.kafka_helpers import create_topic
 
 pytestmark = pytest.mark.kafka

@@ -16,11 +16,11 @@ from agents.items import TResponseInputItem
 from agents.testing import ScriptedModel
 from agents.testing.model import assistant_message, function_call
 
-from consumers.agents_session import ReconciledSession
+from consumers.agents.fenced_sqlite import FencedSQLiteSession
+from consumers.agents.session import ReconciledSession
 from consumers.checkpoint import Checkpoint
 from consumers.client import Clock, ReconcilerApi, wall_clock_ms
 from consumers.errors import AppendNotWrittenError
-from consumers.fenced_sqlite import FencedSQLiteSession
 from engine.core.state import LEASE_MS
 from tests.unit.consumers.fold_client import FoldClient, FoldEngine
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from consumers.agents.fenced_sqlite import FencedSQLiteSession
 from consumers.errors import (
     AppendNotWrittenError,
     ReconcilerClientError,
     StaleFenceError,
     StoreRolledBackError,
 )
-from consumers.fenced_sqlite import FencedSQLiteSession
 
 ITEM: Any = {"type": "function_call_output", "call_id": "charge-1", "output": "receipt-7"}
 

@@ -13,7 +13,6 @@ from consumers.outcomes import (
     answers,
     outcome_from_decision,
 )
-from consumers.topics import ClientTopics
 from engine.core.digest import item_digest
 from engine.core.events import (
     AckOutcome,
@@ -190,12 +189,11 @@ def test_tail_limit_rereads_like_the_sdk() -> None:
     assert tail_limit(PendingRecord(intent_id="i", items=facts, before=["1" * 64] * 3)) == 5
 
 
-def test_topic_names_agree_with_the_engine() -> None:
-    for prefix in ("reconciler.", "x-"):
-        mine, engine = ClientTopics(prefix), TopicNames(prefix=prefix)
-        assert (mine.intents, mine.acks, mine.resumes, mine.decisions) == (
-            engine.intents,
-            engine.acks,
-            engine.resumes,
-            engine.decisions,
-        )
+def test_every_topic_sits_behind_the_one_prefix() -> None:
+    names = TopicNames(prefix="x-")
+    assert names.inputs == ("x-intents", "x-acks", "x-resumes")
+    assert (names.decisions, names.changelog, names.dead_letters) == (
+        "x-decisions",
+        "x-changelog",
+        "x-dead-letters",
+    )

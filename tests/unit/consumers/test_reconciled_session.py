@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from agents import Runner
 
-from consumers.agents_resume import restore_run_state
+from consumers.agents.resume import restore_run_state
 from consumers.errors import PublishError
 from engine.core.events import (
     AckEvent,
@@ -114,7 +114,7 @@ def test_binding_follows_the_store_like_the_sdk(tmp_path: Path) -> None:
     from agents import SQLiteSession
     from agents.memory import OpenAIConversationsSession
 
-    from consumers.agents_session import ReconciledSession
+    from consumers.agents.session import ReconciledSession
 
     world = fold_world(tmp_path)
     client = world.client("r")

@@ -1,27 +1,18 @@
-"""Operator commands: `reconciler explain SESSION` and `reconciler repair SESSION ...`.
+"""`reconciler explain SESSION`: the decision trail of one session, for a person.
 
-`explain` reads the decisions partition of one session (and its latest changelog state) with
-read_committed and prints the decision trail for a person. `repair` publishes an operator
-repair command on the intents topic and waits for the engine's answer to it.
+It reads the decisions partition of the session (and its latest changelog state) with
+read_committed and renders every decision with its trail.
 """
 
 from __future__ import annotations
 
-import getpass
 import time
 import uuid
 from collections.abc import Iterator
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    Message,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from engine.core.events import Decision, RepairEvent, RepairResolution
+from engine.core.events import Decision
 from engine.core.state import SessionState
 from engine.errors import EngineError
 from engine.runtime.state_codec import decode_state
@@ -30,10 +21,6 @@ from engine.wire import Codec, DecodeError, RecordType
 from engine.wire.partitioner import partition_for
 
 READ_TIMEOUT_S = 30.0
-
-
-class RepairNotAnsweredError(EngineError):
-    """The engine did not answer a repair command in time."""
 
 
 def _read_partition(settings: Settings, topic: str, partition: int) -> Iterator[Message]:
@@ -122,48 +109,4 @@ def explain(settings: Settings, session_id: str) -> str:
         session_id,
         session_decisions(settings, session_id, codec),
         session_state(settings, session_id),
-    )
-
-
-def repair(
-    settings: Settings,
-    session_id: str,
-    resolution: RepairResolution,
-    reason: str,
-    actor: str | None = None,
-    intent_id: str | None = None,
-    wait_s: float = READ_TIMEOUT_S,
-) -> Decision:
-    """Publish the repair command and return the engine's decision about it."""
-    codec = Codec()
-    event = RepairEvent(
-        event_id=f"repair-{uuid.uuid4()}",
-        session_id=session_id,
-        event_time_ms=int(time.time() * 1000),  # the operator's clock becomes event time
-        resolution=resolution,
-        actor=actor or getpass.getuser(),
-        reason=reason,
-        intent_id=intent_id,
-    )
-    producer = Producer(
-        settings.client_config(
-            **{"partitioner": "murmur2_random", "enable.idempotence": True, "acks": "all"}
-        )
-    )
-    producer.produce(settings.topics.intents, key=session_id.encode(), value=codec.encode(event))
-    if producer.flush(READ_TIMEOUT_S) != 0:
-        raise EngineError(
-            "the repair command was not acknowledged by the brokers.",
-            "check the brokers and retry; nothing was repaired.",
-        )
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        for decision in session_decisions(settings, session_id, codec):
-            if decision.decision_id == event.event_id:
-                return decision
-        time.sleep(0.5)
-    raise RepairNotAnsweredError(
-        f"the engine did not answer repair {event.event_id} within {wait_s:.0f}s "
-        "(the command is recorded on the intents topic and will be applied when it runs).",
-        f"check that `reconciler run` is up, then `reconciler explain {session_id}`.",
     )

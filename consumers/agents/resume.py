@@ -23,13 +23,14 @@ from typing import Any
 from agents import Agent
 from agents.run_state import RunState
 
-from consumers.agents_session import ReconciledSession
+from consumers.agents.session import ReconciledSession
 from consumers.checkpoint import Checkpoint
 from consumers.errors import CheckpointError, ContinuationWithheldError
 from consumers.messages import tail_limit
 from consumers.outcomes import ResumeOutcome, Withheld
+from consumers.sdk_checkpoint import pending_record, read_pending_session_write
 from engine.core.events import PendingRecord
-from engine.wire import DecodeError, pending_record, read_pending_session_write
+from engine.wire import DecodeError
 
 
 def pending_of(checkpoint: Checkpoint, *, ignore_ids: bool) -> PendingRecord | None:

@@ -12,9 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.core.digest import item_digest
-from engine.wire import DecodeError, DecodeReason
-from engine.wire.sdk_checkpoint import (
+from consumers.sdk_checkpoint import (
     BASE_KEYS,
     COMPACTION_KEYS,
     HELD_KEYS,
@@ -23,6 +21,8 @@ from engine.wire.sdk_checkpoint import (
     pending_record,
     read_pending_session_write,
 )
+from engine.core.digest import item_digest
+from engine.wire import DecodeError, DecodeReason
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "wire" / "sdk_run_state"
 EXPECTED = {

@@ -11,7 +11,7 @@
    (the outcome is hidden), NOT_WRITTEN when the store says nothing was written
    (`AppendNotWrittenError`: a stale fence or a rolled-back transaction).
 
-After a restore, `consumers.agents_resume.resume_from_checkpoint` asks the engine and calls
+After a restore, `consumers.agents.resume.resume_from_checkpoint` asks the engine and calls
 `adopt`: a grant hands this wrapper the fence token (claimed in a fencing store at once); a
 withholding makes every later append raise `ContinuationWithheldError` before anything is sent.
 
@@ -42,9 +42,9 @@ from consumers.errors import (
     PublishError,
 )
 from consumers.outcomes import AppendOnce, ResumeOutcome, Withheld
+from consumers.sdk_checkpoint import PENDING_WRITE_KEY
 from engine.core.digest import digests
 from engine.core.events import AckOutcome, Binding, IntentKind
-from engine.wire.sdk_checkpoint import PENDING_WRITE_KEY
 
 if TYPE_CHECKING:
     from agents.run_state import RunState
