@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
+from engine.admin.topics import create_topics
 from engine.core.events import AckOutcome, Decision, Event, Reason, Verdict
 from engine.settings import KAFKA_ENV_PREFIX, load_settings
-from engine.topics import create_topics
 from engine.wire import RecordType
 from tests.helm_render import engine_env, render
 from tests.integration.engine_harness import CODEC, engine_thread
