@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-deploy test-fast lint typecheck broker-start broker-stop demo soak bench clean
+.PHONY: setup run test test-deploy test-fast lint typecheck broker-start broker-stop demo soak bench java-runner clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"' \
@@ -38,6 +38,10 @@ bench: setup
 	$(PY) tools/kafka_local.py start --instance dev
 	$(PY) -m tools.bench_engine --bootstrap-servers $(BOOTSTRAP)
 
+## java-runner: build the Java example runner (examples/java-runner/) with Maven; the tests do too.
+java-runner: setup
+	$(PY) -m tools.java_runner build
+
 ## test: lint, type-check, the deploy checks, and the whole suite against a real broker it
 ## starts (and stops).
 test: setup
@@ -67,4 +71,4 @@ broker-stop:
 	$(PY) tools/kafka_local.py stop --instance dev
 
 clean: broker-stop
-	rm -rf $(VENV) .kafka .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .kafka .mypy_cache .ruff_cache .pytest_cache .hypothesis examples/java-runner/target

@@ -246,6 +246,11 @@ SAMPLES: dict[RecordType, dict[str, Callable[[], WireModel]]] = {
             reason=DecodeReason.UNKNOWN_SCHEMA,
             detail="schema fingerprint ff00... unknown",
             record_type="ack",
+            key_length=3,
+            key_sha256=_digest(3),
+            value_length=3_000_000,
+            value_sha256=_digest(4),
+            truncated=True,
         ),
     },
     RecordType.SESSION_STATE: {
@@ -293,7 +298,12 @@ def positive_fixtures() -> dict[Path, bytes]:
                 model = build()
                 folder = CORPUS / record_type.value / f"v{version}"
                 files[folder / f"{variant}.avro"] = codec.encode(model, version=version)
-                text = model.model_dump_json(indent=2) + "\n"
+                # What that version's writer could say: fields added later are left out.
+                known = {
+                    field["name"]
+                    for field in SHIPPED_SCHEMAS.get(record_type, version).source["fields"]
+                }
+                text = model.model_dump_json(indent=2, include=known) + "\n"
                 files[folder / f"{variant}.json"] = text.encode()
     return files
 

@@ -216,6 +216,16 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def is_our_broker(pid: int, instance: str) -> bool:
+    """True if `pid` runs Kafka with this instance's server.properties (what `start` ran)."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    config = str(instance_dir(instance) / "server.properties").encode()
+    return config in args and b"kafka.Kafka" in args
+
+
 def read_info(instance: str) -> BrokerInfo | None:
     path = info_path(instance)
     if not path.exists():
@@ -386,6 +396,15 @@ def stop(instance: str) -> None:
         print(f"kafka_local: broker '{instance}' is not running")
         return
     info = BrokerInfo(**json.loads(path.read_text()))
+    if pid_alive(info.pid) and not is_our_broker(info.pid, instance):
+        # After a reboot the recorded pid can belong to an unrelated process: never signal it.
+        print(
+            f"kafka_local: pid {info.pid} is not the broker of '{instance}' (its command line "
+            f"does not name {instance_dir(instance) / 'server.properties'}); not signalling it, "
+            "removing the stale broker.json"
+        )
+        path.unlink(missing_ok=True)
+        return
     if pid_alive(info.pid):
         os.killpg(info.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S

@@ -47,6 +47,23 @@ class Ingest:
             return self._dead_letter(error.at(source), source, key, value, message)
         return event
 
+    def failed(self, message: Message, cause: Exception) -> Rejected:
+        """The dead letter of an input that decoded but could not be folded or encoded."""
+        _, timestamp = message.timestamp()
+        source = SourcePosition(
+            message.topic() or "", message.partition() or 0, message.offset() or 0
+        )
+        letter = DeadLetter.from_exception(
+            cause,
+            source,
+            key=message.key(),
+            value=message.value(),
+            timestamp_ms=timestamp if timestamp > 0 else None,
+        )
+        return Rejected(
+            reason=DecodeReason.PROCESSING_FAILED.value, payload=self.codec.encode(letter)
+        )
+
     @staticmethod
     def kind_of(event: Event) -> str:
         if isinstance(event, IntentEvent):

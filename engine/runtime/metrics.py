@@ -1,18 +1,18 @@
 """Prometheus metrics and the health endpoints (/metrics, /healthz, /readyz) of one engine.
 
 Each engine owns its registry, so several engines in one test process do not collide.
-Readiness is 1 only while the process holds restored tasks; liveness is the serving thread.
+Readiness is 1 only while the process holds restored tasks; liveness is loop progress.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -24,6 +24,7 @@ from prometheus_client import (
 
 from engine.core.events import Decision, Reason
 from engine.core.state import SessionState
+from engine.runtime.clients import ConsumerLike
 from engine.runtime.store import LocalStore
 
 LAG_INTERVAL_S = 5.0
@@ -92,7 +93,19 @@ class EngineMetrics:
             "reconciler_alerts", "Decisions flagged for an operator", ["reason"], registry=r
         )
         self.ready = Gauge("reconciler_ready", "1 when restored and processing", registry=r)
+        self.last_progress = Gauge(
+            "reconciler_last_progress_timestamp_seconds",
+            "Wall time at which the engine loop last completed an iteration",
+            registry=r,
+        )
+        self.engine_restarts = Counter(
+            "reconciler_engine_restarts",
+            "Times the supervisor restarted the engine process before this one",
+            registry=r,
+        )
         self.is_ready = False
+        # /healthz: replaced by the engine with "the loop made progress recently".
+        self.liveness: Callable[[], bool] = lambda: True
         self._last_lag = 0.0
 
     def set_ready(self, ready: bool) -> None:
@@ -112,7 +125,7 @@ class EngineMetrics:
                 self.alerts.labels(reason=decision.reason).inc()
 
     def maybe_observe_lag(
-        self, consumer: Consumer, tasks: Mapping[int, _HasStore], topics: Iterable[str]
+        self, consumer: ConsumerLike, tasks: Mapping[int, _HasStore], topics: Iterable[str]
     ) -> None:
         """Every few seconds: lag per input topic and pending writes from the local stores."""
         now = time.monotonic()
@@ -150,7 +163,9 @@ def serve_health(metrics: EngineMetrics, port: int) -> ThreadingHTTPServer:
                 body, status = generate_latest(metrics.registry), 200
                 content_type = CONTENT_TYPE_LATEST
             elif self.path == "/healthz":
-                body, status, content_type = b"ok\n", 200, "text/plain"
+                alive = metrics.liveness()
+                body = b"ok\n" if alive else b"no loop progress within the liveness timeout\n"
+                status, content_type = (200 if alive else 503), "text/plain"
             elif self.path == "/readyz":
                 ready = metrics.is_ready
                 body = b"ready\n" if ready else b"restoring or unassigned\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.core.events import Decision, Event
@@ -26,6 +27,14 @@ def parse_pending_header(value: bytes) -> tuple[str, int]:
     return status, int(since or 0)
 
 
+class InputFailedError(Exception):
+    """Folding or encoding one input raised `cause`: dead-letter that input, go on."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = cause
+
+
 READ_CACHE_SESSIONS = 50_000
 """Committed states kept decoded per task: states are immutable, so a hit skips the store read
 and the Avro decode (the largest per-event cost after the input decode)."""
@@ -44,6 +53,7 @@ class PartitionTask:
     changelog_high: int = -1  # highest changelog offset delivered in the open transaction
     folded: int = 0  # events folded in the open transaction
     _encoded: list[StoreWrite] = field(default_factory=list)
+    _state_bytes: dict[str, bytes] = field(default_factory=dict)  # encoded at fold (isolation)
 
     def state_of(self, session_id: str) -> SessionState | None:
         cached = self.cache.get(session_id) or self.committed.get(session_id)
@@ -61,15 +71,29 @@ class PartitionTask:
             self.committed.pop(next(iter(self.committed)))  # oldest inserted first
         self.committed[session_id] = state
 
-    def fold(self, event: Event, offset: int) -> tuple[SessionState | None, tuple[Decision, ...]]:
-        """Step 2: fold one event; returns the state before it and the decisions."""
+    def fold(
+        self, event: Event, offset: int, encode: Callable[[Decision], bytes] = lambda d: b""
+    ) -> tuple[SessionState | None, tuple[Decision, ...], list[bytes]]:
+        """Step 2: fold one event; returns the state before it, the decisions and their bytes.
+
+        All or nothing per input: if folding, encoding the new state or encoding a decision
+        raises, the task is unchanged and the caller dead-letters this one input. (Reading
+        the stored state can raise too: that is the local store's failure, not the input's.)
+        """
         before = self.state_of(event.session_id)
-        result = fold(before, event, offset)
-        after = result.state
+        try:
+            result = fold(before, event, offset)
+            after = result.state
+            state_bytes = encode_state(after)
+            payloads = [encode(decision) for decision in result.decisions]
+        except Exception as exc:
+            raise InputFailedError(exc) from exc
+        since = self._pending_since(before, after, event.event_time_ms)
         self.cache[event.session_id] = after
-        self.since[event.session_id] = self._pending_since(before, after, event.event_time_ms)
+        self._state_bytes[event.session_id] = state_bytes
+        self.since[event.session_id] = since
         self.folded += 1
-        return before, result.decisions
+        return before, result.decisions, payloads
 
     def _pending_since(
         self, before: SessionState | None, after: SessionState, at_ms: int
@@ -91,7 +115,7 @@ class PartitionTask:
         self._encoded = [
             StoreWrite(
                 sid,
-                encode_state(state),
+                self._state_bytes[sid],
                 state.slot.status.value if self.since.get(sid) is not None and state.slot else None,
                 self.since.get(sid),
             )
@@ -112,6 +136,7 @@ class PartitionTask:
     def discard(self) -> None:
         """Abort: forget everything not committed; the store still holds the committed state."""
         self._encoded = []
+        self._state_bytes.clear()
         self.cache.clear()
         self.since.clear()
         self.changelog_high = -1

@@ -85,7 +85,11 @@ class Codec:
             if version is None
             else self.store.get(record_type, version)
         )
-        return self.encode_record(schema, model.model_dump(mode="python"))
+        record = model.model_dump(mode="python")
+        if version is not None:  # an older writer knows only the fields of its own version
+            known = {field["name"] for field in schema.source["fields"]}
+            record = {name: value for name, value in record.items() if name in known}
+        return self.encode_record(schema, record)
 
     def encode_record(self, schema: ShippedSchema, record: Mapping[str, Any]) -> bytes:
         """Frame and write a plain record dict with ``schema`` (no model involved)."""

@@ -3,6 +3,7 @@ the states, commit/abort of the write cache (COMMIT_PROTOCOL.md steps 2, 3, 6 an
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ def test_a_failing_write_batch_changes_nothing(tmp_path: Path) -> None:
         raise RuntimeError("disk gone")
 
     class Exploding:
-        def __iter__(self):  # type: ignore[no-untyped-def]
+        def __iter__(self) -> Iterator[StoreWrite]:
             yield StoreWrite("a", b"2")
             yield from broken()
 
@@ -59,7 +60,7 @@ def test_commit_persists_and_abort_forgets(tmp_path: Path) -> None:
     assert stored is not None
     assert decode_state(stored).slot is not None
 
-    _, decisions = task.fold(ack("e2", AckOutcome.COMMITTED), offset=1)
+    _, decisions, _ = task.fold(ack("e2", AckOutcome.COMMITTED), offset=1)
     assert decisions[0].verdict is Verdict.RECORDED
     task.discard()  # abort: the ack is forgotten, the committed intent stays
     state = task.state_of("s1")
@@ -74,9 +75,9 @@ def test_replaying_after_abort_gives_the_same_decisions(tmp_path: Path) -> None:
     task.changelog_records()
     task.persist()
     event = resume("e3", record([OUT], [U, C]), [U, C, OUT])
-    _, first = task.fold(event, offset=5)
+    _, first, _ = task.fold(event, offset=5)
     task.discard()
-    _, again = task.fold(event, offset=5)
+    _, again, _ = task.fold(event, offset=5)
     assert first == again
     assert first[0].verdict is Verdict.CONTINUE
 
