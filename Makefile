@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint typecheck broker-start broker-stop demo soak soak-core bench java-runner clean
+.PHONY: setup run test test-deploy test-fast lint typecheck broker-start broker-stop demo soak soak-core bench java-runner clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"' \
@@ -50,9 +50,16 @@ bench: setup
 java-runner: setup
 	$(PY) -m tools.java_runner build
 
-## test: lint, type-check, and the whole suite against a real broker it starts (and stops).
+## test: lint, type-check, the deploy checks, and the whole suite against a real broker it
+## starts (and stops).
 test: setup
 	bash tools/test.sh
+
+## test-deploy: helm lint/template + Kubernetes schema validation of the chart, promtool checks
+## and unit tests of the alert rules. Installs Helm, kubernetes-validate (and, as root, Debian's
+## prometheus package) once, into ~/.cache/reconciler/tools (tools/deploy_tools.py).
+test-deploy: setup
+	$(PY) -m tools.deploy_check
 
 ## test-fast: the tests that need no broker.
 test-fast: setup

@@ -102,10 +102,12 @@ def _topics_verify(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import logging
 
+    from engine.oplog import configure
     from engine.runtime.supervisor import Backoff, supervise
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = _run_settings(args)  # bad settings end here with exit 2, before any child
+    configure(settings.log_format)
     if args.child:
         return _run_engine(settings)
     command = [sys.executable, "-m", "engine.cli", "run", "--child"]
@@ -117,6 +119,7 @@ def _run(args: argparse.Namespace) -> int:
         ("--instance-id", args.instance_id),
         ("--state-dir", args.state_dir),
         ("--metrics-port", args.metrics_port),
+        ("--log-format", args.log_format),
     ):
         if value is not None:
             command += [flag, str(value)]
@@ -133,6 +136,7 @@ def _run_settings(args: argparse.Namespace) -> Settings:
         instance_id=args.instance_id,
         state_dir=args.state_dir,
         metrics_port=args.metrics_port,
+        log_format=args.log_format,
     )
 
 
@@ -231,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--instance-id", help="stable id of this instance (transactional id)")
     run.add_argument("--state-dir", type=Path, help="folder of the local state stores")
     run.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz")
+    run.add_argument(
+        "--log-format", choices=["text", "json"], help="json: one JSON object per log line"
+    )
     # The supervisor starts the engine itself with --child; users never pass it.
     run.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     run.set_defaults(handler=_run)

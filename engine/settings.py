@@ -13,7 +13,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -53,6 +53,8 @@ class Settings(BaseModel):
     read_cache_mb: int = Field(default=256, ge=1, le=65_536)
     # `reconciler run` restarts a dead engine after 0.5 s, doubling per quick failure up to this.
     restart_backoff_max_s: float = Field(default=30.0, ge=0.0, le=600.0)
+    # "json": every log line is one JSON object (engine/oplog.py); "text": plain lines.
+    log_format: Literal["text", "json"] = "text"
     kafka: dict[str, str] = Field(default_factory=dict)
 
     @property

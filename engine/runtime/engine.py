@@ -20,11 +20,12 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
-from engine.core.events import Event
+from engine import oplog
+from engine.core.events import Decision, Event, RepairEvent
 from engine.runtime.assignment import Assignment
 from engine.runtime.clients import ClientFactory, ConsumerLike, KafkaClients
 from engine.runtime.ingest import Ingest, Rejected
-from engine.runtime.metrics import EngineMetrics
+from engine.runtime.metrics import DEAD_LETTER_REFUSED, EngineMetrics
 from engine.runtime.protocol import Step
 from engine.runtime.state_codec import StateFormatError
 from engine.runtime.store import LocalStore
@@ -43,6 +44,39 @@ from engine.wire import Codec
 from engine.wire.dead_letter import EXCERPT_BYTES
 
 log = logging.getLogger("reconciler.engine")
+SESSION_LOG_CHARS = 200  # a dead letter's key is untrusted input: bounded in the log line
+
+
+def _session_of(key: bytes | None) -> str:
+    if key is None:
+        return "-"
+    return key[:SESSION_LOG_CHARS].decode("utf-8", errors="replace")
+
+
+def _log_for_operator(event: Event, decisions: tuple[Decision, ...], source: str) -> None:
+    """One ops line per alert raised and per repair applied (ids and reasons, no content)."""
+    for decision in decisions:
+        if decision.alert:
+            oplog.emit(
+                "alert_raised",
+                session=decision.session_id,
+                reason=decision.reason,
+                verdict=decision.verdict,
+                decision=decision.decision_id,
+                source=source,
+            )
+    if isinstance(event, RepairEvent):
+        first = next(iter(decisions), None)
+        oplog.emit(
+            "repair_applied",
+            session=event.session_id,
+            resolution=event.resolution,
+            actor=event.actor,
+            reason=event.reason,
+            verdict=first.verdict if first is not None else "-",
+            source=source,
+        )
+
 
 CONSUME_BATCH = 1_000
 RETRY_S = 2.0
@@ -227,6 +261,7 @@ class Engine:
             return
         self.metrics.events.labels(topic=topic, kind=self.ingest.kind_of(event)).inc()
         self.metrics.observe_fold(before, task.cache[event.session_id], decisions)
+        _log_for_operator(event, decisions, f"{topic}/{partition}/{offset}")
         source = f"{topic}/{partition}/{offset}".encode()
         for decision, payload in zip(decisions, payloads, strict=True):
             txn.produce(
@@ -249,8 +284,14 @@ class Engine:
             Step.FOLD,
             optional=True,
         )
-        outcome = rejected.reason if delivered else "DEAD_LETTER_REFUSED"
+        outcome = rejected.reason if delivered else DEAD_LETTER_REFUSED
         self.metrics.dead_letters.labels(reason=outcome).inc()
+        oplog.emit(
+            "dead_letter",
+            session=_session_of(key),
+            reason=outcome,
+            source=f"{message.topic()}/{message.partition()}/{message.offset()}",
+        )
 
     def _commit(self, txn: Transaction, tasks: list[PartitionTask] | None = None) -> None:
         """Steps 3-6 for every ready task (or the given ones)."""
@@ -284,7 +325,7 @@ class Engine:
         with self.watchdog.guard(Step.PERSIST_LOCALLY, self.budget_s, self.tasks):
             for task in committing:  # step 6
                 task.persist()
-        self.metrics.sessions.set(sum(t.store.count() for t in self.tasks.values()))
+        self.metrics.observe_sessions(self.tasks.values())
 
     def _abort(self, txn: Transaction, why: str) -> None:
         """Abortable error: abort, drop write caches, rewind inputs to committed offsets."""
@@ -353,7 +394,7 @@ class Engine:
                 )
             )
         self.metrics.restore_seconds.observe(time.monotonic() - started)
-        self.metrics.sessions.set(sum(t.store.count() for t in self.tasks.values()))
+        self.metrics.observe_sessions(self.tasks.values())
         self.metrics.set_ready(True)
 
     def _restore_progress(self) -> None:

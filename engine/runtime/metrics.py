@@ -23,11 +23,14 @@ from prometheus_client import (
 )
 
 from engine.core.events import Decision, Reason
-from engine.core.state import SessionState
+from engine.core.state import Health, SessionState
 from engine.runtime.clients import ConsumerLike
 from engine.runtime.store import LocalStore
+from engine.wire.errors import DecodeReason
 
 LAG_INTERVAL_S = 5.0
+DEAD_LETTER_REFUSED = "DEAD_LETTER_REFUSED"  # the dead-letter produce itself failed
+ABORT_KINDS = ("abortable", "fatal", "state")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -103,10 +106,45 @@ class EngineMetrics:
             "Times the supervisor restarted the engine process before this one",
             registry=r,
         )
+        self.sessions_by_health = Gauge(
+            "reconciler_sessions_by_health",
+            "Sessions in local state by health (AMBIGUOUS and VIOLATED wait for a repair)",
+            ["health"],
+            registry=r,
+        )
+        self._zero_known_series()
         self.is_ready = False
         # /healthz: replaced by the engine with "the loop made progress recently".
         self.liveness: Callable[[], bool] = lambda: True
         self._last_lag = 0.0
+
+    def _zero_known_series(self) -> None:
+        """A series for every known label value from the start: `increase(...) > 0` then sees
+        the first dead letter or alert too (a series born at 1 shows no increase)."""
+        for dead_reason in [*DecodeReason, DEAD_LETTER_REFUSED]:
+            self.dead_letters.labels(reason=dead_reason)
+        for reason in Reason:
+            self.alerts.labels(reason=reason)
+        for kind in ABORT_KINDS:
+            self.aborts.labels(kind=kind)
+        for kind in ("assign", "revoke", "lost"):
+            self.rebalances.labels(kind=kind)
+        for health in Health:
+            self.sessions_by_health.labels(health=health).set(0)
+
+    def observe_sessions(self, tasks: Iterable[_HasStore]) -> None:
+        """Session count and sessions by health, from the local stores (after a commit)."""
+        total, unhealthy = 0, {health: 0 for health in Health}
+        for task in tasks:
+            total += task.store.count()
+            for health, count in task.store.health_summary().items():
+                if health in unhealthy:
+                    unhealthy[Health(health)] += count
+        self.sessions.set(total)
+        for health in (Health.AMBIGUOUS, Health.VIOLATED):
+            self.sessions_by_health.labels(health=health).set(unhealthy[health])
+        clear = total - unhealthy[Health.AMBIGUOUS] - unhealthy[Health.VIOLATED]
+        self.sessions_by_health.labels(health=Health.CLEAR).set(clear)
 
     def set_ready(self, ready: bool) -> None:
         self.is_ready = ready

@@ -8,19 +8,26 @@ from dataclasses import dataclass, field
 
 from engine.core.events import Decision, Event
 from engine.core.fold import fold
-from engine.core.state import UNRESOLVED, SessionState
+from engine.core.state import UNRESOLVED, Health, SessionState
 from engine.runtime.state_codec import decode_state, encode_state
 from engine.runtime.store import LocalStore, StoreWrite
 
 PENDING_HEADER = "pending"
 """Changelog header `STATUS:since_ms` of an unresolved pending write, so a restore can fill
 the store's pending columns (metrics) without decoding every state."""
+HEALTH_HEADER = "health"
+"""Changelog header of a session that is not CLEAR (AMBIGUOUS, VIOLATED), for the same reason:
+the sessions-by-health gauge after a restore."""
 
 
 def pending_header(write: StoreWrite) -> list[tuple[str, bytes]]:
-    if write.pending_status is None:
-        return []
-    return [(PENDING_HEADER, f"{write.pending_status}:{write.pending_since_ms or 0}".encode())]
+    headers: list[tuple[str, bytes]] = []
+    if write.pending_status is not None:
+        since = write.pending_since_ms or 0
+        headers.append((PENDING_HEADER, f"{write.pending_status}:{since}".encode()))
+    if write.health is not None:
+        headers.append((HEALTH_HEADER, write.health.encode()))
+    return headers
 
 
 def parse_pending_header(value: bytes) -> tuple[str, int]:
@@ -143,6 +150,7 @@ class PartitionTask:
                 self._state_bytes[sid],
                 state.slot.status.value if self.since.get(sid) is not None and state.slot else None,
                 self.since.get(sid),
+                None if state.health is Health.CLEAR else state.health.value,
             )
             for sid, state in self.cache.items()
         ]
