@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint typecheck broker-start broker-stop demo soak soak-core bench clean
+.PHONY: setup run test test-deploy test-fast lint typecheck broker-start broker-stop demo soak soak-core bench java-runner clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"' \
@@ -29,9 +29,12 @@ demo: setup
 	$(PY) tools/kafka_local.py start --instance dev
 	$(VENV)/bin/reconciler demo --embedded-engine --bootstrap-servers $(BOOTSTRAP)
 
-## soak: the kill -9 loop with many kills (figures for the notes; not part of make test).
+## soak: 100 kill -9s of the engine and 20 broker restarts, each under load, then the
+## exactly-once check (figures for the notes; not part of make test). KILLS=, RESTARTS= override.
 soak: setup
-	RECONCILER_SOAK_KILLS=$${KILLS:-100} bash tools/test.sh -m kafka tests/integration/test_engine_crash.py -q
+	RECONCILER_SOAK_KILLS=$${KILLS:-100} RECONCILER_SOAK_RESTARTS=$${RESTARTS:-20} bash tools/test.sh \
+		-m kafka tests/integration/test_engine_crash.py \
+		"tests/integration/test_engine_resilience.py::test_broker_restart_under_load" -q -s
 
 ## soak-core: the lifecycle property over 100,000 random examples (no broker; figures for the notes).
 soak-core: setup
@@ -43,9 +46,20 @@ bench: setup
 	$(PY) tools/kafka_local.py start --instance dev
 	$(PY) -m tools.bench_engine --bootstrap-servers $(BOOTSTRAP)
 
-## test: lint, type-check, and the whole suite against a real broker it starts (and stops).
+## java-runner: build the Java example runner (examples/java-runner/) with Maven; the tests do too.
+java-runner: setup
+	$(PY) -m tools.java_runner build
+
+## test: lint, type-check, the deploy checks, and the whole suite against a real broker it
+## starts (and stops).
 test: setup
 	bash tools/test.sh
+
+## test-deploy: helm lint/template + Kubernetes schema validation of the chart, promtool checks
+## and unit tests of the alert rules. Installs Helm, kubernetes-validate (and, as root, Debian's
+## prometheus package) once, into ~/.cache/reconciler/tools (tools/deploy_tools.py).
+test-deploy: setup
+	$(PY) -m tools.deploy_check
 
 ## test-fast: the tests that need no broker.
 test-fast: setup
@@ -65,4 +79,4 @@ broker-stop:
 	$(PY) tools/kafka_local.py stop --instance dev
 
 clean: broker-stop
-	rm -rf $(VENV) .kafka .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .kafka .mypy_cache .ruff_cache .pytest_cache .hypothesis examples/java-runner/target

@@ -25,7 +25,15 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from consumers import messages
 from consumers.errors import PublishError, ResumeTimeoutError, TopicUnavailableError
@@ -34,6 +42,7 @@ from engine.core.events import (
     AckOutcome,
     Binding,
     Decision,
+    Event,
     IntentEvent,
     IntentKind,
     PendingRecord,
@@ -46,11 +55,20 @@ Clock = Callable[[], int]
 """Event time in int milliseconds since the epoch (the only clock the engine knows)."""
 
 
+_LEADER_MOVING = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+)
+
+
 def wall_clock_ms() -> int:
+    """The default `Clock`: wall-clock milliseconds since the Unix epoch."""
     return time.time_ns() // 1_000_000
 
 
 def new_id() -> str:
+    """A fresh random id (32 hex characters) for events and intents."""
     return uuid.uuid4().hex
 
 
@@ -73,7 +91,9 @@ class ReconcilerApi(Protocol):
         kind: IntentKind = IntentKind.REGISTER,
         persisted_count: int | None = None,
         tools_ran: bool = False,
-    ) -> str: ...
+    ) -> str:
+        """Durably register a pending write before the Session is touched; its intent id."""
+        ...
 
     def acknowledge(
         self,
@@ -84,7 +104,9 @@ class ReconcilerApi(Protocol):
         fence_token: int | None = None,
         ignore_ids: bool = False,
         observed_tail: Sequence[Mapping[str, Any]] | None = None,
-    ) -> None: ...
+    ) -> None:
+        """Report the outcome of the append of ``intent_id`` durably."""
+        ...
 
     def resume(
         self,
@@ -98,7 +120,9 @@ class ReconcilerApi(Protocol):
         timeout_s: float = 15.0,
         request_id: str | None = None,
         checkpoint_session_id: str | None = None,
-    ) -> ResumeOutcome: ...
+    ) -> ResumeOutcome:
+        """Ask for continuation authority after a restore; the final answer, typed."""
+        ...
 
 
 class ReconcilerClient:
@@ -110,7 +134,7 @@ class ReconcilerClient:
         *,
         runner_id: str,
         topic_prefix: str = "reconciler.",
-        kafka_config: Mapping[str, str | int | float | bool] | None = None,
+        kafka_config: Mapping[str, Any] | None = None,
         delivery_timeout_s: float = 10.0,
         clock: Clock = wall_clock_ms,
     ) -> None:
@@ -119,7 +143,7 @@ class ReconcilerClient:
         self.clock = clock
         self._codec = Codec()
         self._delivery_timeout_s = delivery_timeout_s
-        common: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap_servers}
+        common: dict[str, Any] = {"bootstrap.servers": bootstrap_servers}
         common.update(kafka_config or {})
         self._producer = Producer(
             {
@@ -267,22 +291,34 @@ class ReconcilerClient:
             checkpoint_session_id=checkpoint_session_id,
         )
         started = time.monotonic()
-        with self._resume_lock:
-            partition = partition_for(session_id, self._partitions(timeout_s))
-            self._position_at_end(partition, timeout_s)
-            try:
-                self._publish(self.topics.resumes, session_id, request_id, request)
-                decision = self._await_final(request_id, started + timeout_s)
-            finally:
-                self._consumer.unassign()
+        decision = self.submit(request, timeout_s=timeout_s)
         if decision is None:
             raise ResumeTimeoutError(
                 session_id=session_id,
                 request_id=request_id,
                 waited_s=time.monotonic() - started,
-                partition=partition,
+                partition=partition_for(session_id, self._partitions(timeout_s)),
             )
         return outcome_from_decision(decision)
+
+    def submit(self, event: Event, *, timeout_s: float = 15.0) -> Decision | None:
+        """Publish any input event and return the engine's final decision answering it (its
+        ``in_reply_to`` is the event id), or None when none arrived within ``timeout_s``.
+
+        The consumer is positioned at the end of the session's decisions partition before the
+        event is produced, so the answer cannot be missed. Operator tools use it for repair
+        commands; runners normally call `resume`.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._resume_lock:
+            partition = partition_for(event.session_id, self._partitions(timeout_s))
+            self._position_at_end(partition, timeout_s)
+            try:
+                topic = self.topics.topic_for(event)
+                self._publish(topic, event.session_id, event.event_id, event)
+                return self._await_final(event.event_id, deadline)
+            finally:
+                self._consumer.unassign()
 
     def _partitions(self, timeout_s: float) -> int:
         if self._decision_partitions is None:
@@ -300,12 +336,22 @@ class ReconcilerClient:
 
     def _position_at_end(self, partition: int, timeout_s: float) -> None:
         topic = self.topics.decisions
-        try:
-            _low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=timeout_s, cached=False
-            )
-        except Exception as exc:
-            raise TopicUnavailableError(topic=topic, detail=str(exc)) from exc
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition),
+                    timeout=max(deadline - time.monotonic(), 0.1),
+                    cached=False,
+                )
+                break
+            except KafkaException as exc:
+                # Right after the topics are created the leader may not be known yet.
+                error = exc.args[0] if exc.args else None
+                transient = isinstance(error, KafkaError) and error.code() in _LEADER_MOVING
+                if not transient or time.monotonic() >= deadline:
+                    raise TopicUnavailableError(topic=topic, detail=str(exc)) from exc
+                time.sleep(0.1)
         # An explicit offset (not OFFSET_END) so the position is fixed before the request is sent.
         start = high if high >= 0 else OFFSET_END
         self._consumer.assign([TopicPartition(topic, partition, start)])
@@ -326,6 +372,7 @@ class ReconcilerClient:
                 return decision
 
     def close(self) -> None:
+        """Flush what is still being produced and close both Kafka clients (idempotent)."""
         if self._closed:
             return
         self._closed = True
@@ -346,13 +393,17 @@ class AsyncReconcilerClient:
         self.sync = client
 
     async def register_intent(self, **kwargs: Any) -> str:
+        """`ReconcilerClient.register_intent` in a worker thread."""
         return await asyncio.to_thread(lambda: self.sync.register_intent(**kwargs))
 
     async def acknowledge(self, **kwargs: Any) -> None:
+        """`ReconcilerClient.acknowledge` in a worker thread."""
         await asyncio.to_thread(lambda: self.sync.acknowledge(**kwargs))
 
     async def resume(self, **kwargs: Any) -> ResumeOutcome:
+        """`ReconcilerClient.resume` in a worker thread."""
         return await asyncio.to_thread(lambda: self.sync.resume(**kwargs))
 
     async def close(self) -> None:
+        """`ReconcilerClient.close` in a worker thread."""
         await asyncio.to_thread(self.sync.close)

@@ -166,3 +166,16 @@ class NotResumedError(ReconcilerClientError):
             "call resume_from_checkpoint (or restore_run_state) and continue only on a grant.",
             session_id=session_id,
         )
+
+
+class SdkCheckpointError(ReconcilerClientError):
+    """The openai-agents checkpoint's ``pending_session_write`` record is one the SDK 0.24.0
+    loader refuses, or one the engine cannot compare (``before`` entries that are not digests)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            f"invalid pending_session_write record: {detail}.",
+            "do not continue from this checkpoint; resume from one saved by "
+            "ReconciledSession.checkpoint(), or ask an operator to repair the session.",
+        )
+        self.detail = detail

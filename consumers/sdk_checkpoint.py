@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from consumers.errors import SdkCheckpointError
 from engine.core.digest import item_facts
 from engine.core.events import PendingRecord
-from engine.wire.errors import DecodeError, DecodeReason
 
 PENDING_WRITE_KEY = "pending_session_write"
 SDK_SCHEMA_VERSIONS = ("1.17", "1.18", "1.19", "1.20", "1.21")
@@ -64,17 +64,13 @@ class SdkPendingWrite:
     compaction_item_digests: tuple[str, ...] | None
 
 
-def _invalid(why: str) -> DecodeError:
-    return DecodeError(
-        DecodeReason.INVALID_CHECKPOINT,
-        f"Run state pending Session write is invalid: {why} (the SDK refuses this checkpoint too;"
-        " resume from an earlier checkpoint or repair the session)",
-    )
+def _invalid(why: str) -> SdkCheckpointError:
+    return SdkCheckpointError(f"{why} (the SDK 0.24.0 refuses this checkpoint too)")
 
 
 def read_pending_session_write(run_state: Mapping[str, Any]) -> SdkPendingWrite | None:
-    """The checkpoint's pending write, None when it has none, or `DecodeError` when the SDK
-    0.24.0 loader would refuse it (reason ``INVALID_CHECKPOINT``)."""
+    """The checkpoint's pending write, None when it has none, or `SdkCheckpointError` when
+    the SDK 0.24.0 loader would refuse it."""
     label = run_state.get("$schemaVersion")
     if not isinstance(label, str) or label not in SDK_SCHEMA_VERSIONS + OLDER_SDK_SCHEMA_VERSIONS:
         raise _invalid(f"schema version {label!r} is not one the SDK 0.24.0 loads")
@@ -204,7 +200,7 @@ def pending_record(write: SdkPendingWrite, *, intent_id: str, ignore_ids: bool) 
     """The engine's payload-free view of an accepted record: item facts, never item content.
 
     ``ignore_ids`` must match the session's binding (True for OpenAI Conversations), since it
-    changes every item digest. Raises `DecodeError` (``INVALID_CHECKPOINT``) when ``before``
+    changes every item digest. Raises `SdkCheckpointError` when ``before``
     holds strings that are not SHA-256 hex digests: the engine cannot compare those.
     """
     try:
@@ -219,7 +215,6 @@ def pending_record(write: SdkPendingWrite, *, intent_id: str, ignore_ids: bool) 
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise DecodeError(
-            DecodeReason.INVALID_CHECKPOINT,
+        raise SdkCheckpointError(
             f"the SDK accepts this record but the engine cannot use it: {where}: {first['msg']}",
         ) from exc

@@ -1,4 +1,4 @@
-"""The `reconciler` command: `reconciler topics create|verify` (more subcommands join as built).
+"""The `reconciler` command: `topics create|verify`, `run`, `explain`, `repair`, `demo`.
 
 Bad arguments and bad settings end with one message on stderr and exit status 2; an engine
 error (Kafka unreachable, wrong topic layout) ends with its cause and fix and exit status 1.
@@ -14,12 +14,58 @@ from pathlib import Path
 from engine.errors import ConfigError, EngineError
 from engine.settings import Settings, load_settings
 
+_OPERATOR_TIMEOUT_S = 5.0  # engine.admin.brokers.DEFAULT_TIMEOUT_S, without importing Kafka here
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("reconciler")
+    except PackageNotFoundError:  # a bare checkout that was never installed
+        return "unknown (not installed)"
+
+
+class _HelpWithDefaults(argparse.HelpFormatter):
+    """Shows an option's default when it has one (settings defaults are written in the help)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return text + " (default: %(default)s)"
+
+
+def _setting_default(name: str) -> str:
+    default = Settings.model_fields[name].default
+    return f"default: {default}, or RECONCILER_{name.upper()}"
+
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="TOML settings file")
-    parser.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (host:port,...)")
-    parser.add_argument("--topic-prefix", help="prefix of every topic name")
-    parser.add_argument("--partitions", type=int, help="partition count of every topic")
+    parser.add_argument(
+        "--bootstrap-servers",
+        help=f"Kafka bootstrap servers, host:port,... ({_setting_default('bootstrap_servers')})",
+    )
+    parser.add_argument(
+        "--topic-prefix",
+        help=f"prefix of every topic name ({_setting_default('topic_prefix')})",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        help=f"partition count of every topic ({_setting_default('partitions')})",
+    )
+
+
+def _add_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=_OPERATOR_TIMEOUT_S,
+        metavar="SECONDS",
+        help="give up (exit 1) when the brokers do not answer or the topics are missing",
+    )
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -56,12 +102,33 @@ def _topics_verify(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import logging
 
-    from engine.admin.topics import verify_topics
-    from engine.runtime.engine import Engine
-    from engine.runtime.metrics import EngineMetrics, serve_health
+    from engine.oplog import configure
+    from engine.runtime.supervisor import Backoff, supervise
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    settings = load_settings(
+    settings = _run_settings(args)  # bad settings end here with exit 2, before any child
+    configure(settings.log_format)
+    if args.child:
+        return _run_engine(settings)
+    command = [sys.executable, "-m", "engine.cli", "run", "--child"]
+    for flag, value in (
+        ("--config", args.config),
+        ("--bootstrap-servers", args.bootstrap_servers),
+        ("--topic-prefix", args.topic_prefix),
+        ("--partitions", args.partitions),
+        ("--instance-id", args.instance_id),
+        ("--state-dir", args.state_dir),
+        ("--metrics-port", args.metrics_port),
+        ("--log-format", args.log_format),
+    ):
+        if value is not None:
+            command += [flag, str(value)]
+    code = supervise(command, backoff=Backoff(max_s=settings.restart_backoff_max_s))
+    return code if code >= 0 else 128 - code  # killed by a signal: the shell's convention
+
+
+def _run_settings(args: argparse.Namespace) -> Settings:
+    return load_settings(
         args.config,
         bootstrap_servers=args.bootstrap_servers,
         topic_prefix=args.topic_prefix,
@@ -69,16 +136,35 @@ def _run(args: argparse.Namespace) -> int:
         instance_id=args.instance_id,
         state_dir=args.state_dir,
         metrics_port=args.metrics_port,
+        log_format=args.log_format,
     )
+
+
+def _run_engine(settings: Settings) -> int:
+    """The supervised child: the engine itself, under its watchdog."""
+    import logging
+
+    from engine.admin.topics import verify_topics
+    from engine.runtime.engine import Engine
+    from engine.runtime.metrics import EngineMetrics, serve_health
+    from engine.runtime.supervisor import parent_gone, restarts_before
+    from engine.runtime.watchdog import Watchdog
+
     logging.getLogger("reconciler").info("settings: %s", settings.redacted())
-    verify_topics(settings)
+    watchdog = Watchdog()
+    watchdog.start(orphan_check=parent_gone)
+    budget_s = settings.transaction_timeout_ms / 1000 + settings.watchdog_margin_s
+    with watchdog.guard("verify topics", budget_s):
+        verify_topics(settings)
     metrics = EngineMetrics()
+    metrics.engine_restarts.inc(restarts_before())
     server = serve_health(metrics, settings.metrics_port) if settings.metrics_port else None
-    engine = Engine(settings, metrics=metrics)
+    engine = Engine(settings, metrics=metrics, watchdog=watchdog)
     engine.install_signal_handlers()
     try:
         engine.run()
     finally:
+        watchdog.stop()
         if server is not None:
             server.shutdown()
     return 0
@@ -87,7 +173,7 @@ def _run(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     from engine.admin.explain import explain
 
-    print(explain(_settings(args), args.session))
+    print(explain(_settings(args), args.session, timeout_s=args.timeout))
     return 0
 
 
@@ -102,6 +188,8 @@ def _repair(args: argparse.Namespace) -> int:
         args.reason,
         actor=args.actor,
         intent_id=args.intent_id,
+        wait_s=args.wait,
+        timeout_s=args.timeout,
     )
     print(f"{decision.verdict} {decision.reason}")
     for entry in decision.trail:
@@ -127,7 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="reconciler",
         description="Continuation-authority engine for AI-agent runners, on Kafka.",
+        formatter_class=_HelpWithDefaults,
     )
+    parser.add_argument("--version", action="version", version=f"reconciler {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     topics = commands.add_parser("topics", help="create or verify the engine's topics")
     topic_commands = topics.add_subparsers(dest="topics_command", required=True)
@@ -138,15 +228,23 @@ def build_parser() -> argparse.ArgumentParser:
         sub = topic_commands.add_parser(name, help=text)
         _add_common(sub)
         sub.set_defaults(handler=handler)
-    run = commands.add_parser("run", help="run the engine in the foreground until SIGTERM")
+    run = commands.add_parser(
+        "run", help="run the engine in the foreground until SIGTERM, restarting it if it dies"
+    )
     _add_common(run)
     run.add_argument("--instance-id", help="stable id of this instance (transactional id)")
     run.add_argument("--state-dir", type=Path, help="folder of the local state stores")
     run.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz")
+    run.add_argument(
+        "--log-format", choices=["text", "json"], help="json: one JSON object per log line"
+    )
+    # The supervisor starts the engine itself with --child; users never pass it.
+    run.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     run.set_defaults(handler=_run)
 
     explain = commands.add_parser("explain", help="print the decision trail of one session")
     _add_common(explain)
+    _add_timeout(explain)
     explain.add_argument("session", type=_non_empty, help="session id")
     explain.set_defaults(handler=_explain)
 
@@ -162,6 +260,14 @@ def build_parser() -> argparse.ArgumentParser:
     repair.add_argument("--reason", required=True, type=_non_empty, help="why (kept in the trail)")
     repair.add_argument("--actor", type=_non_empty, help="who (default: the OS user)")
     repair.add_argument("--intent-id", help="the pending write being resolved")
+    _add_timeout(repair)
+    repair.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for the engine's answer once the command is recorded",
+    )
     repair.set_defaults(handler=_repair)
 
     demo = commands.add_parser("demo", help="drive scripted runners through the key cases")
@@ -172,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="create fresh demo topics and run an engine in this process for the demo",
     )
     demo.set_defaults(handler=_demo)
+    for sub in (*commands.choices.values(), *topic_commands.choices.values()):
+        sub.formatter_class = _HelpWithDefaults
     return parser
 
 

@@ -13,38 +13,36 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
-
-from engine.admin.explain import session_decisions
-from engine.admin.topics import create_topics
-from engine.core.digest import item_facts
+from consumers import messages
+from consumers.client import ReconcilerClient
+from engine.admin.brokers import quiet_config
+from engine.admin.topics import create_topics, delete_topics
+from engine.core.digest import digests, item_facts
 from engine.core.events import (
-    AckEvent,
     AckOutcome,
-    AckSource,
     Binding,
     Decision,
     Event,
-    IntentEvent,
-    IntentKind,
     PendingRecord,
     RepairEvent,
     RepairResolution,
-    ResumeEvent,
 )
 from engine.core.state import LEASE_MS
+from engine.errors import EngineError
 from engine.settings import Settings
-from engine.wire import Codec
 
 USER = {"role": "user", "content": "refund order 7"}
 CALL = {"type": "function_call", "call_id": "refund-1", "name": "refund", "arguments": "{}"}
 OUTPUT = {"type": "function_call_output", "call_id": "refund-1", "output": "refunded"}
 OTHER = {"role": "assistant", "content": "written by someone else"}
 BINDING = Binding(backend_id="sqlite:demo", namespace="demo")
+ANSWER_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -72,150 +70,142 @@ CASES = [
 ]
 
 
-def _digests(items: list[dict[str, Any]]) -> list[str]:
-    return [item_facts(item, ignore_ids=False).digest for item in items]
+class _Runners:
+    """One `ReconcilerClient` per runner identity, all on the demo's event-time clock."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.now_ms = int(time.time() * 1000)
+        self._clients: dict[str, ReconcilerClient] = {}
+
+    def client(self, runner_id: str) -> ReconcilerClient:
+        if runner_id not in self._clients:
+            config = quiet_config(self.settings)
+            self._clients[runner_id] = ReconcilerClient(
+                str(config.pop("bootstrap.servers")),
+                runner_id=runner_id,
+                topic_prefix=self.settings.topic_prefix,
+                kafka_config=config,
+                clock=lambda: self.now_ms,
+            )
+        return self._clients[runner_id]
+
+    def ask(self, runner_id: str, event: Event) -> Decision:
+        """Produce through the runner client and wait for the engine's final answer by id."""
+        decision = self.client(runner_id).submit(event, timeout_s=ANSWER_TIMEOUT_S)
+        if decision is None:
+            raise EngineError(
+                f"the engine did not answer {event.event_id} within {ANSWER_TIMEOUT_S:g} s.",
+                "check that `reconciler run` is up (or use --embedded-engine).",
+            )
+        return decision
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
 
 
-def case_events(case: Case, run: str, now_ms: int) -> list[list[Event]]:
-    """The case's events in waves: each wave is produced after the previous one is decided."""
-    sid = f"{run}-{case.name}"
-    batch = [item_facts(OUTPUT, ignore_ids=False)]
-    before = _digests([USER, CALL])
-    setup: list[Event] = [
-        IntentEvent(
+def _play(case: Case, sid: str, runners: _Runners) -> list[tuple[str, Decision]]:
+    """The case through the runner client; returns (request, decision) of resumes and repairs."""
+    record = PendingRecord(
+        intent_id="w1",
+        items=[item_facts(OUTPUT, ignore_ids=False)],
+        before=digests([USER, CALL], ignore_ids=False),
+        persisted_count=1,
+    )
+    runners.ask(
+        "runner-1",
+        messages.intent_event(
             event_id=f"{sid}/intent",
             session_id=sid,
-            event_time_ms=now_ms,
-            kind=IntentKind.REGISTER,
+            at_ms=runners.now_ms,
             intent_id="w1",
             runner_id="runner-1",
             binding=BINDING,
-            before=before,
-            items=batch,
-            persisted_count=1,
+            items=[OUTPUT],
+            before_tail=[USER, CALL],
             sequence=1,
+            persisted_count=1,
         ),
-        AckEvent(
+    )
+    runners.ask(
+        "runner-1",
+        messages.ack_event(
             event_id=f"{sid}/ack",
             session_id=sid,
-            event_time_ms=now_ms + 1,
+            at_ms=runners.now_ms + 1,
             intent_id="w1",
             runner_id="runner-1",
             outcome=case.ack,
-            source=AckSource.RUNNER,
         ),
+    )
+    at = runners.now_ms + LEASE_MS + 1_000  # the restored runners start after the crashed lease
+
+    def resume(name: str, runner: str, offset_ms: int) -> tuple[str, Decision]:
+        event = messages.resume_event(
+            request_id=f"{sid}/{name}",
+            session_id=sid,
+            at_ms=at + offset_ms,
+            runner_id=runner,
+            checkpoint_id="checkpoint-1",
+            binding=BINDING,
+            pending=record,
+            observed_tail=case.tail,
+            checkpoint_sequence=1,
+        )
+        return name, runners.ask(runner, event)
+
+    rows = [
+        resume(f"resume-{copy + 1}", f"restored-{copy + 1}", 10 + copy)
+        for copy in range(case.copies)
     ]
-    record = PendingRecord(intent_id="w1", items=batch, before=before, persisted_count=1)
-    now_ms += LEASE_MS + 1_000  # the restored runners start after the crashed one's lease
-    waves: list[list[Event]] = [setup]
-    for copy in range(case.copies):
-        waves.append(
-            [
-                ResumeEvent(
-                    event_id=f"{sid}/resume-{copy + 1}",
-                    session_id=sid,
-                    event_time_ms=now_ms + 10 + copy,
-                    runner_id=f"restored-{copy + 1}",
-                    checkpoint_id="checkpoint-1",
-                    binding=BINDING,
-                    pending=record,
-                    observed_tail=_digests(case.tail),
-                    checkpoint_sequence=1,
-                )
-            ]
-        )
     if case.repair is not None:
-        waves.append(
-            [
-                RepairEvent(
-                    event_id=f"{sid}/repair",
-                    session_id=sid,
-                    event_time_ms=now_ms + 20,
-                    resolution=case.repair,
-                    actor="demo-operator",
-                    reason="checked the store by hand",
-                    intent_id="w1",
-                )
-            ]
+        command = RepairEvent(
+            event_id=f"{sid}/repair",
+            session_id=sid,
+            event_time_ms=at + 20,
+            resolution=case.repair,
+            actor="demo-operator",
+            reason="checked the store by hand",
+            intent_id="w1",
         )
-        waves.append(
-            [
-                ResumeEvent(
-                    event_id=f"{sid}/resume-after-repair",
-                    session_id=sid,
-                    event_time_ms=now_ms + 30,
-                    runner_id="restored-1",
-                    checkpoint_id="checkpoint-1",
-                    binding=BINDING,
-                    pending=record,
-                    observed_tail=_digests(case.tail),
-                    checkpoint_sequence=1,
-                )
-            ]
-        )
-    return waves
-
-
-def _produce(settings: Settings, codec: Codec, events: list[Event]) -> None:
-    producer = Producer(settings.client_config(partitioner="murmur2_random", acks="all"))
-    for event in events:
-        producer.produce(
-            settings.topics.topic_for(event),
-            key=event.session_id.encode(),
-            value=codec.encode(event),
-        )
-    producer.flush(30)
-
-
-def _answers(
-    settings: Settings, codec: Codec, events: list[Event], timeout_s: float = 60
-) -> dict[str, Decision]:
-    wanted = {e.event_id for e in events}
-    deadline = time.monotonic() + timeout_s
-    found: dict[str, Decision] = {}
-    while time.monotonic() < deadline:
-        for sid in {e.session_id for e in events}:
-            for d in session_decisions(settings, sid, codec):
-                key = d.in_reply_to
-                if key in wanted and (d.final or key not in found):
-                    found[key] = d
-        if wanted <= found.keys() and all(d.final for d in found.values()):
-            return found
-        time.sleep(0.3)
-    raise TimeoutError("the engine did not decide in time: is `reconciler run` up?")
+        rows.append(("repair", runners.ask("demo-operator", command)))
+        rows.append(resume("resume-after-repair", "restored-1", 30))
+    return rows
 
 
 def run_demo(settings: Settings) -> str:
-    codec = Codec()
+    """Play every case against a running engine; the decisions as a table."""
     run = f"demo-{uuid.uuid4().hex[:6]}"
-    now_ms = int(time.time() * 1000)
     rows = [("case", "what happened", "request", "verdict", "reason", "fence", "holder")]
-    for case in CASES:
-        for wave in case_events(case, run, now_ms):
-            _produce(settings, codec, wave)
-            answers = _answers(settings, codec, wave)
-            for event in wave:
-                if isinstance(event, ResumeEvent | RepairEvent):
-                    d = answers[event.event_id]
-                    rows.append(
-                        (
-                            case.name,
-                            case.story,
-                            event.event_id.split("/")[-1],
-                            d.verdict,
-                            d.reason,
-                            str(d.fence_token or "-"),
-                            d.holder or "-",
-                        )
-                    )
+    runners = _Runners(settings)
+    try:
+        for case in CASES:
+            for request, d in _play(case, f"{run}-{case.name}", runners):
+                fence = str(d.fence_token or "-")
+                rows.append(
+                    (case.name, case.story, request, d.verdict, d.reason, fence, d.holder or "-")
+                )
+    finally:
+        runners.close()
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
     )
 
 
+@contextmanager
+def _demo_topics(settings: Settings) -> Iterator[None]:
+    """Fresh topics for one demo run, deleted afterwards (a demo leaves nothing behind)."""
+    create_topics(settings)
+    try:
+        yield
+    finally:
+        delete_topics(settings)
+
+
 def run_embedded(settings: Settings) -> str:
-    """Create fresh topics, run an engine in this process for the demo, stop it."""
+    """Create fresh topics, run an engine in this process for the demo, stop it, delete them."""
     from engine.runtime.engine import Engine
 
     prefix = f"demo-{uuid.uuid4().hex[:6]}."
@@ -229,12 +219,12 @@ def run_embedded(settings: Settings) -> str:
                 "commit_interval_ms": 50,
             }
         )
-        create_topics(local)
-        engine = Engine(local)
-        thread = threading.Thread(target=engine.run, daemon=True)
-        thread.start()
-        try:
-            return run_demo(local)
-        finally:
-            engine.stop()
-            thread.join(60)
+        with _demo_topics(local):
+            engine = Engine(local)
+            thread = threading.Thread(target=engine.run, daemon=True)
+            thread.start()
+            try:
+                return run_demo(local)
+            finally:
+                engine.stop()
+                thread.join(60)

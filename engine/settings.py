@@ -13,7 +13,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -44,6 +44,17 @@ class Settings(BaseModel):
     transaction_timeout_ms: int = Field(default=15_000, ge=1_000)
     session_timeout_ms: int = Field(default=10_000, ge=1_000, le=300_000)
     metrics_port: int = Field(default=9464, ge=0, le=65_535)
+    # A Kafka call may block for transaction_timeout + this margin before the watchdog ends the
+    # process (COMMIT_PROTOCOL.md, "Deadlines"); `/healthz` fails after this long without a
+    # completed loop iteration (the chart's liveness probe is derived from the same value).
+    watchdog_margin_s: float = Field(default=30.0, ge=1.0, le=600.0)
+    liveness_timeout_s: float = Field(default=60.0, ge=1.0, le=3_600.0)
+    # Decoded committed states kept in memory, all tasks together (estimated bytes, LRU).
+    read_cache_mb: int = Field(default=256, ge=1, le=65_536)
+    # `reconciler run` restarts a dead engine after 0.5 s, doubling per quick failure up to this.
+    restart_backoff_max_s: float = Field(default=30.0, ge=0.0, le=600.0)
+    # "json": every log line is one JSON object (engine/oplog.py); "text": plain lines.
+    log_format: Literal["text", "json"] = "text"
     kafka: dict[str, str] = Field(default_factory=dict)
 
     @property

@@ -249,6 +249,11 @@ SAMPLES: dict[RecordType, dict[str, Callable[[], WireModel]]] = {
             reason=DecodeReason.UNKNOWN_SCHEMA,
             detail="schema fingerprint ff00... unknown",
             record_type="ack",
+            key_length=3,
+            key_sha256=_digest(3),
+            value_length=3_000_000,
+            value_sha256=_digest(4),
+            truncated=True,
         ),
     },
     RecordType.SESSION_STATE: {

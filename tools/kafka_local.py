@@ -7,10 +7,19 @@
     python tools/kafka_local.py bootstrap [--instance NAME]   # prints host:port of a running broker
     python tools/kafka_local.py logs   [--instance NAME] [--lines N]
 
+    python tools/kafka_local.py start --secure [--instance NAME]   # SASL/SCRAM + ACLs
+    python tools/kafka_local.py credentials [--instance NAME]   # principals of a secure broker
+
 The broker's jars come from Maven Central (the dependency declaration is `tools/kafka/pom.xml`)
-into `.kafka/libs/`, only when missing. Each instance lives in `.kafka/<instance>/`: its
-`server.properties`, KRaft data, `broker.log`, and `broker.json` (pid and ports) which is how a
-second `start` finds the first one instead of starting a duplicate.
+into the per-version cache outside the clone (`~/.cache/reconciler/kafka-<version>/libs`, see
+tools/cache.py), only when missing, so every clone on the machine shares them. Each instance
+lives in the clone's `.kafka/<instance>/`: its `server.properties`, KRaft data, `broker.log`, and
+`broker.json` (pid and ports) which is how a second `start` finds the first one instead of
+starting a duplicate.
+
+`--secure` (tools/kafka_secure.py) replaces the plaintext client listener with SASL/SCRAM-SHA-512
+and turns on StandardAuthorizer ACLs for three principals: `admin` (super user, creates topics),
+`engine` and `runner`, whose rights are those the README's "Security" section lists.
 
 Ports are free ones picked at start, or taken from `RECONCILER_KAFKA_PORT` and
 `RECONCILER_KAFKA_CONTROLLER_PORT`.
@@ -34,11 +43,18 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+try:
+    from tools import kafka_secure
+    from tools.cache import cache_root
+except ModuleNotFoundError:  # run as `python tools/kafka_local.py`: tools/ itself is on sys.path
+    import kafka_secure  # type: ignore[import-not-found,no-redef]
+    from cache import cache_root  # type: ignore[import-not-found,no-redef]
+
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".kafka"
-LIBS = CACHE / "libs"
 POM = REPO / "tools" / "kafka" / "pom.xml"
 KAFKA_VERSION = "4.1.1"
+LIBS = cache_root() / f"kafka-{KAFKA_VERSION}" / "libs"
 START_TIMEOUT_S = float(os.environ.get("RECONCILER_KAFKA_START_TIMEOUT", "90"))
 STOP_TIMEOUT_S = 30.0
 
@@ -97,6 +113,7 @@ class BrokerInfo:
     port: int
     controller_port: int
     kafka_version: str
+    secure: bool = False
 
     @property
     def bootstrap(self) -> str:
@@ -199,6 +216,16 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def is_our_broker(pid: int, instance: str) -> bool:
+    """True if `pid` runs Kafka with this instance's server.properties (what `start` ran)."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    config = str(instance_dir(instance) / "server.properties").encode()
+    return config in args and b"kafka.Kafka" in args
+
+
 def read_info(instance: str) -> BrokerInfo | None:
     path = info_path(instance)
     if not path.exists():
@@ -207,11 +234,13 @@ def read_info(instance: str) -> BrokerInfo | None:
     return info if pid_alive(info.pid) else None
 
 
-def answers_metadata(bootstrap: str, timeout_s: float) -> bool:
+def answers_metadata(
+    bootstrap: str, timeout_s: float, config: dict[str, str] | None = None
+) -> bool:
     """True once the broker serves a metadata request (not just an open port)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(config or {})})
     try:
         admin.list_topics(timeout=timeout_s)
     except Exception:
@@ -219,7 +248,7 @@ def answers_metadata(bootstrap: str, timeout_s: float) -> bool:
     return True
 
 
-def write_configs(instance: str, port: int, controller_port: int) -> Path:
+def write_configs(instance: str, port: int, controller_port: int, secure: bool = False) -> Path:
     home = instance_dir(instance)
     settings = dict(SINGLE_NODE_SETTINGS)
     settings.update(
@@ -230,6 +259,8 @@ def write_configs(instance: str, port: int, controller_port: int) -> Path:
             "log.dirs": str(home / "data"),
         }
     )
+    if secure:
+        settings.update(kafka_secure.broker_settings(home, port, controller_port))
     props = home / "server.properties"
     props.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
     (home / "log4j2.properties").write_text(LOG4J2.format(log=log_path(instance)))
@@ -253,8 +284,11 @@ def java_command(instance: str, main: str, *args: str, heap: str = "256m") -> li
     ]
 
 
-def format_storage(instance: str, props: Path) -> None:
+def format_storage(instance: str, props: Path, secure: bool = False) -> None:
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    # SCRAM credentials must exist before the first SASL login: they go into the metadata log
+    # at format time (KRaft has no ZooKeeper to write them to beforehand).
+    scram = kafka_secure.format_args(instance_dir(instance)) if secure else []
     fmt = subprocess.run(
         java_command(
             instance,
@@ -265,6 +299,7 @@ def format_storage(instance: str, props: Path) -> None:
             cluster_id,
             "-c",
             str(props),
+            *scram,
         ),
         capture_output=True,
         text=True,
@@ -278,7 +313,11 @@ def format_storage(instance: str, props: Path) -> None:
 
 
 def start(
-    instance: str, fresh: bool, port: int | None = None, controller_port: int | None = None
+    instance: str,
+    fresh: bool,
+    port: int | None = None,
+    controller_port: int | None = None,
+    secure: bool = False,
 ) -> BrokerInfo:
     running = read_info(instance)
     if running is not None:
@@ -291,15 +330,22 @@ def start(
     home = instance_dir(instance)
     if fresh and home.exists():
         shutil.rmtree(home)
+    if home.exists() and kafka_secure.is_secure(home) != secure:
+        raise SetupError(
+            f"instance '{instance}' was made {'with' if not secure else 'without'} --secure. "
+            f"Fix: add --fresh to start it {'secure' if secure else 'plain'} (wipes its data)."
+        )
     home.mkdir(parents=True, exist_ok=True)
     port = port or port_from_env("RECONCILER_KAFKA_PORT") or free_port()
     controller_port = (
         controller_port or port_from_env("RECONCILER_KAFKA_CONTROLLER_PORT") or free_port()
     )
-    props = write_configs(instance, port, controller_port)
+    if secure:
+        kafka_secure.ensure_credentials(home)
+    props = write_configs(instance, port, controller_port, secure)
 
     if not (home / "data" / "meta.properties").exists():  # formatted once per data dir
-        format_storage(instance, props)
+        format_storage(instance, props, secure)
 
     started = time.monotonic()
     with open(home / "broker.out", "ab") as out:
@@ -311,10 +357,15 @@ def start(
             start_new_session=True,  # outlives this script; `stop` ends it
         )
     info = BrokerInfo(
-        pid=proc.pid, port=port, controller_port=controller_port, kafka_version=KAFKA_VERSION
+        pid=proc.pid,
+        port=port,
+        controller_port=controller_port,
+        kafka_version=KAFKA_VERSION,
+        secure=secure,
     )
     info_path(instance).write_text(json.dumps(asdict(info)))
-    while not answers_metadata(info.bootstrap, timeout_s=1.0):
+    admin_config = kafka_secure.client_config(home, "admin") if secure else {}
+    while not answers_metadata(info.bootstrap, timeout_s=1.0, config=admin_config):
         if proc.poll() is not None:
             info_path(instance).unlink(missing_ok=True)
             raise SetupError(
@@ -330,6 +381,8 @@ def start(
                 "RECONCILER_KAFKA_START_TIMEOUT."
             )
         time.sleep(0.25)
+    if secure:
+        kafka_secure.create_acls(home, info.bootstrap)
     print(
         f"kafka_local: Apache Kafka {KAFKA_VERSION} '{instance}' up at {info.bootstrap} "
         f"(pid {info.pid}) in {time.monotonic() - started:.1f}s"
@@ -343,6 +396,15 @@ def stop(instance: str) -> None:
         print(f"kafka_local: broker '{instance}' is not running")
         return
     info = BrokerInfo(**json.loads(path.read_text()))
+    if pid_alive(info.pid) and not is_our_broker(info.pid, instance):
+        # After a reboot the recorded pid can belong to an unrelated process: never signal it.
+        print(
+            f"kafka_local: pid {info.pid} is not the broker of '{instance}' (its command line "
+            f"does not name {instance_dir(instance) / 'server.properties'}); not signalling it, "
+            "removing the stale broker.json"
+        )
+        path.unlink(missing_ok=True)
+        return
     if pid_alive(info.pid):
         os.killpg(info.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
@@ -364,7 +426,13 @@ def restart(instance: str) -> BrokerInfo:
     if info is None:
         raise SetupError(f"broker '{instance}' is not running. Fix: start it first.")
     stop(instance)
-    return start(instance, fresh=False, port=info.port, controller_port=info.controller_port)
+    return start(
+        instance,
+        fresh=False,
+        port=info.port,
+        controller_port=info.controller_port,
+        secure=info.secure,
+    )
 
 
 def tail(instance: str, lines: int) -> str:
@@ -379,15 +447,21 @@ def tail(instance: str, lines: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kafka_local", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "command", choices=["start", "stop", "restart", "status", "bootstrap", "logs"]
+        "command",
+        choices=["start", "stop", "restart", "status", "bootstrap", "logs", "credentials"],
     )
     parser.add_argument("--instance", default="dev", help="name of the broker (default: dev)")
     parser.add_argument("--fresh", action="store_true", help="wipe the instance's data first")
     parser.add_argument("--lines", type=int, default=60, help="log lines for `logs`")
+    parser.add_argument(
+        "--secure", action="store_true", help="SASL/SCRAM-SHA-512 listener with ACLs"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "start":
-            start(args.instance, args.fresh)
+            start(args.instance, args.fresh, secure=args.secure)
+        elif args.command == "credentials":
+            print(json.dumps(kafka_secure.read_credentials(instance_dir(args.instance))))
         elif args.command == "stop":
             stop(args.instance)
         elif args.command == "restart":

@@ -9,6 +9,9 @@ INSTANCE=test
 
 echo "== ruff"; "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check .
 echo "== mypy --strict"; "$VENV/bin/mypy"
+# The chart and alert rules by the real tools (helm, kubernetes-validate, promtool); this also
+# installs them into the cache outside the clone the first time, for the tests that use them.
+echo "== test-deploy"; "$VENV/bin/python" -m tools.deploy_check
 
 started=""
 cleanup() {

@@ -8,6 +8,14 @@
 Only this subpackage imports ``agents``; the plain client (`consumers`) works without it.
 """
 
+try:
+    import agents as _sdk  # noqa: F401 (only to say what to install when it is missing)
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised by the packaging test
+    raise ModuleNotFoundError(
+        "consumers.agents needs the openai-agents SDK. Fix: pip install 'reconciler[agents]'",
+        name=exc.name,
+    ) from exc
+
 from consumers.agents.fenced_sqlite import FencedSQLiteSession
 from consumers.agents.resume import restore_run_state, resume_from_checkpoint
 from consumers.agents.session import ReconciledSession

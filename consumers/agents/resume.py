@@ -25,12 +25,11 @@ from agents.run_state import RunState
 
 from consumers.agents.session import ReconciledSession
 from consumers.checkpoint import Checkpoint
-from consumers.errors import CheckpointError, ContinuationWithheldError
+from consumers.errors import CheckpointError, ContinuationWithheldError, SdkCheckpointError
 from consumers.messages import tail_limit
 from consumers.outcomes import ResumeOutcome, Withheld
 from consumers.sdk_checkpoint import pending_record, read_pending_session_write
 from engine.core.events import PendingRecord
-from engine.wire import DecodeError
 
 
 def pending_of(checkpoint: Checkpoint, *, ignore_ids: bool) -> PendingRecord | None:
@@ -43,8 +42,8 @@ def pending_of(checkpoint: Checkpoint, *, ignore_ids: bool) -> PendingRecord | N
 
     try:
         write = read_pending_session_write(checkpoint.run_state)
-    except DecodeError as exc:
-        raise refuse(exc.message) from exc
+    except SdkCheckpointError as exc:
+        raise refuse(exc.detail) from exc
     if write is None:
         return None
     if write.session_id != checkpoint.session_id:
@@ -55,8 +54,8 @@ def pending_of(checkpoint: Checkpoint, *, ignore_ids: bool) -> PendingRecord | N
         record = pending_record(
             write, intent_id=checkpoint.pending_intent_id, ignore_ids=ignore_ids
         )
-    except DecodeError as exc:
-        raise refuse(exc.message) from exc
+    except SdkCheckpointError as exc:
+        raise refuse(exc.detail) from exc
     # The real counter: the engine compares it with the intent's whenever the intent knew it.
     return record
 

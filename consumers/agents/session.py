@@ -112,9 +112,12 @@ class ReconciledSession(SessionABC):
     # --- the Session protocol ------------------------------------------------------------
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The wrapped Session's items (reads need no authority)."""
         return await self.inner.get_items(limit)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Register a durable intent, append through the wrapped Session, then acknowledge the
+        outcome (COMMITTED, NOT_WRITTEN or UNKNOWN). Refused without continuation authority."""
         if not items:
             await self.inner.add_items(items)
             return
@@ -161,9 +164,11 @@ class ReconciledSession(SessionABC):
         self.open_intent_id = None
 
     async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the wrapped Session's last item (passed through, not reconciled)."""
         return await self.inner.pop_item()
 
     async def clear_session(self) -> None:
+        """Clear the wrapped Session (not reconciled)."""
         await self.inner.clear_session()
 
     # --- reconciler side -----------------------------------------------------------------

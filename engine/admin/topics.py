@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
+from engine.admin.brokers import quiet_config
 from engine.errors import KafkaUnavailableError, TopicLayoutError
 from engine.settings import Settings
 
@@ -23,6 +24,8 @@ ADMIN_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True)
 class TopicSpec:
+    """One topic of the layout: its name, partition count and topic configuration."""
+
     name: str
     partitions: int
     config: dict[str, str]
@@ -74,7 +77,7 @@ def create_topics(settings: Settings) -> list[str]:
 
     Idempotent: running it again changes nothing and succeeds while the layout is right.
     """
-    admin = AdminClient(settings.client_config())
+    admin = AdminClient(quiet_config(settings))
     existing = _describe(admin)
     specs = topic_specs(settings)
     missing = [spec for spec in specs if spec.name not in existing]
@@ -108,7 +111,7 @@ def _await_metadata(admin: AdminClient, names: list[str]) -> None:
 
 def verify_topics(settings: Settings, admin: AdminClient | None = None) -> None:
     """Raise TopicLayoutError unless every topic exists, co-partitioned, changelog compacted."""
-    admin = admin or AdminClient(settings.client_config())
+    admin = admin or AdminClient(quiet_config(settings))
     existing = _describe(admin)
     specs = topic_specs(settings)
     absent = [spec.name for spec in specs if spec.name not in existing]
@@ -133,3 +136,23 @@ def verify_topics(settings: Settings, admin: AdminClient | None = None) -> None:
             f"the changelog topic {changelog} has cleanup.policy={policy}, not compact.",
             f"set cleanup.policy=compact on {changelog} (kafka-configs --alter).",
         )
+
+
+def delete_topics(settings: Settings) -> list[str]:
+    """Delete every topic of the layout that exists (the demo's cleanup); returns their names.
+
+    Only for throw-away prefixes: the changelog holds the sessions' state.
+    """
+    admin = AdminClient(quiet_config(settings))
+    existing = _describe(admin)
+    names = [spec.name for spec in topic_specs(settings) if spec.name in existing]
+    if not names:
+        return []
+    for name, future in admin.delete_topics(names, operation_timeout=ADMIN_TIMEOUT_S).items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            raise TopicLayoutError(
+                f"deleting topic {name} failed: {exc}.", "check the broker log and ACLs."
+            ) from exc
+    return names

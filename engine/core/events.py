@@ -62,7 +62,7 @@ class ItemFacts(_Frozen):
 
 class IntentKind(StrEnum):
     REGISTER = "REGISTER"  # an ordinary pending write, published before the append
-    HELD = "HELD"  # a held batch (seed 003): registered, must not reach the Session yet
+    HELD = "HELD"  # a held batch: registered, must not reach the Session yet
     RELEASE = "RELEASE"  # the held batch settles: becomes an ordinary pending write
     DISCARD = "DISCARD"  # the held batch is dropped without a settle
 

@@ -29,7 +29,7 @@ class Ingest:
     def __init__(self, codec: Codec, topics: TopicNames, partitions: int) -> None:
         self.codec = codec
         self.partitions = partitions
-        # The intents topic also carries operator repair commands (DESIGN: "may ride here").
+        # The intents topic also carries operator repair commands (schemas/SPEC.md, section 1).
         self.record_types: dict[str, tuple[RecordType, ...]] = {
             topics.intents: (RecordType.INTENT, RecordType.REPAIR),
             topics.acks: (RecordType.ACK,),
@@ -46,6 +46,23 @@ class Ingest:
         except DecodeError as error:
             return self._dead_letter(error.at(source), source, key, value, message)
         return event
+
+    def failed(self, message: Message, cause: Exception) -> Rejected:
+        """The dead letter of an input that decoded but could not be folded or encoded."""
+        _, timestamp = message.timestamp()
+        source = SourcePosition(
+            message.topic() or "", message.partition() or 0, message.offset() or 0
+        )
+        letter = DeadLetter.from_exception(
+            cause,
+            source,
+            key=message.key(),
+            value=message.value(),
+            timestamp_ms=timestamp if timestamp > 0 else None,
+        )
+        return Rejected(
+            reason=DecodeReason.PROCESSING_FAILED.value, payload=self.codec.encode(letter)
+        )
 
     @staticmethod
     def kind_of(event: Event) -> str:

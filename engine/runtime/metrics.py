@@ -1,18 +1,18 @@
 """Prometheus metrics and the health endpoints (/metrics, /healthz, /readyz) of one engine.
 
 Each engine owns its registry, so several engines in one test process do not collide.
-Readiness is 1 only while the process holds restored tasks; liveness is the serving thread.
+Readiness is 1 only while the process holds restored tasks; liveness is loop progress.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -23,10 +23,14 @@ from prometheus_client import (
 )
 
 from engine.core.events import Decision, Reason
-from engine.core.state import SessionState
+from engine.core.state import Health, SessionState
+from engine.runtime.clients import ConsumerLike
 from engine.runtime.store import LocalStore
+from engine.wire.errors import DecodeReason
 
 LAG_INTERVAL_S = 5.0
+DEAD_LETTER_REFUSED = "DEAD_LETTER_REFUSED"  # the dead-letter produce itself failed
+ABORT_KINDS = ("abortable", "fatal", "state")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -92,8 +96,55 @@ class EngineMetrics:
             "reconciler_alerts", "Decisions flagged for an operator", ["reason"], registry=r
         )
         self.ready = Gauge("reconciler_ready", "1 when restored and processing", registry=r)
+        self.last_progress = Gauge(
+            "reconciler_last_progress_timestamp_seconds",
+            "Wall time at which the engine loop last completed an iteration",
+            registry=r,
+        )
+        self.engine_restarts = Counter(
+            "reconciler_engine_restarts",
+            "Times the supervisor restarted the engine process before this one",
+            registry=r,
+        )
+        self.sessions_by_health = Gauge(
+            "reconciler_sessions_by_health",
+            "Sessions in local state by health (AMBIGUOUS and VIOLATED wait for a repair)",
+            ["health"],
+            registry=r,
+        )
+        self._zero_known_series()
         self.is_ready = False
+        # /healthz: replaced by the engine with "the loop made progress recently".
+        self.liveness: Callable[[], bool] = lambda: True
         self._last_lag = 0.0
+
+    def _zero_known_series(self) -> None:
+        """A series for every known label value from the start: `increase(...) > 0` then sees
+        the first dead letter or alert too (a series born at 1 shows no increase)."""
+        for dead_reason in [*DecodeReason, DEAD_LETTER_REFUSED]:
+            self.dead_letters.labels(reason=dead_reason)
+        for reason in Reason:
+            self.alerts.labels(reason=reason)
+        for kind in ABORT_KINDS:
+            self.aborts.labels(kind=kind)
+        for kind in ("assign", "revoke", "lost"):
+            self.rebalances.labels(kind=kind)
+        for health in Health:
+            self.sessions_by_health.labels(health=health).set(0)
+
+    def observe_sessions(self, tasks: Iterable[_HasStore]) -> None:
+        """Session count and sessions by health, from the local stores (after a commit)."""
+        total, unhealthy = 0, {health: 0 for health in Health}
+        for task in tasks:
+            total += task.store.count()
+            for health, count in task.store.health_summary().items():
+                if health in unhealthy:
+                    unhealthy[Health(health)] += count
+        self.sessions.set(total)
+        for health in (Health.AMBIGUOUS, Health.VIOLATED):
+            self.sessions_by_health.labels(health=health).set(unhealthy[health])
+        clear = total - unhealthy[Health.AMBIGUOUS] - unhealthy[Health.VIOLATED]
+        self.sessions_by_health.labels(health=Health.CLEAR).set(clear)
 
     def set_ready(self, ready: bool) -> None:
         self.is_ready = ready
@@ -112,7 +163,7 @@ class EngineMetrics:
                 self.alerts.labels(reason=decision.reason).inc()
 
     def maybe_observe_lag(
-        self, consumer: Consumer, tasks: Mapping[int, _HasStore], topics: Iterable[str]
+        self, consumer: ConsumerLike, tasks: Mapping[int, _HasStore], topics: Iterable[str]
     ) -> None:
         """Every few seconds: lag per input topic and pending writes from the local stores."""
         now = time.monotonic()
@@ -150,7 +201,9 @@ def serve_health(metrics: EngineMetrics, port: int) -> ThreadingHTTPServer:
                 body, status = generate_latest(metrics.registry), 200
                 content_type = CONTENT_TYPE_LATEST
             elif self.path == "/healthz":
-                body, status, content_type = b"ok\n", 200, "text/plain"
+                alive = metrics.liveness()
+                body = b"ok\n" if alive else b"no loop progress within the liveness timeout\n"
+                status, content_type = (200 if alive else 503), "text/plain"
             elif self.path == "/readyz":
                 ready = metrics.is_ready
                 body = b"ready\n" if ready else b"restoring or unassigned\n"

@@ -7,14 +7,14 @@ at once, in batches; a partition is done at its end of partition (the last stabl
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from engine.runtime.store import NO_OFFSET, LocalStore, StoreWrite
-from engine.runtime.task import PENDING_HEADER, parse_pending_header
+from engine.runtime.task import HEALTH_HEADER, PENDING_HEADER, parse_pending_header
 
 RESTORE_BATCH = 5_000
 
@@ -32,8 +32,10 @@ def restore_partitions(
     changelog_topic: str,
     stores: Mapping[int, LocalStore],
     timeout_s: float = 45.0,
+    progress: Callable[[], None] = lambda: None,
 ) -> list[RestoreReport]:
-    """Apply the changelog records after each store's offset; one report per partition."""
+    """Apply the changelog records after each store's offset; one report per partition.
+    `progress` is called after every call that returned (the watchdog and liveness)."""
     started = time.monotonic()
     consumer = Consumer(
         {
@@ -53,6 +55,7 @@ def restore_partitions(
             low, high = consumer.get_watermark_offsets(
                 TopicPartition(changelog_topic, partition), timeout=10, cached=False
             )
+            progress()
             stored = store.changelog_offset()
             if stored != NO_OFFSET and (stored >= high or stored + 1 < low):
                 # The changelog was recreated, or retention left a gap we cannot see past.
@@ -69,6 +72,7 @@ def restore_partitions(
             consumer.assign(assignment)
         deadline = time.monotonic() + timeout_s
         while pending:
+            progress()
             writes: dict[int, list[StoreWrite]] = {}
             last: dict[int, int] = {}
             for message in consumer.consume(RESTORE_BATCH, timeout=0.05):
@@ -114,8 +118,11 @@ def restore_partition(
 def _store_write(key: bytes, message: Any) -> StoreWrite:
     status: str | None = None
     since: int | None = None
+    health: str | None = None
     headers = message.headers()
     for name, value in headers if isinstance(headers, list) else []:
         if name == PENDING_HEADER and isinstance(value, bytes):
             status, since = parse_pending_header(value)
-    return StoreWrite(key.decode(), message.value(), status, since)
+        elif name == HEALTH_HEADER and isinstance(value, bytes):
+            health = value.decode()
+    return StoreWrite(key.decode(), message.value(), status, since, health)

@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
     state BLOB NOT NULL,
     pending_status TEXT,        -- status of an unresolved pending write, else NULL
-    pending_since_ms INTEGER    -- event time it became unresolved
+    pending_since_ms INTEGER,   -- event time it became unresolved
+    health TEXT                 -- AMBIGUOUS or VIOLATED, else NULL (CLEAR)
 );
 CREATE INDEX IF NOT EXISTS sessions_pending ON sessions(pending_status)
     WHERE pending_status IS NOT NULL;
@@ -40,6 +41,7 @@ class StoreWrite:
     state: bytes | None
     pending_status: str | None = None
     pending_since_ms: int | None = None
+    health: str | None = None  # AMBIGUOUS or VIOLATED; None when CLEAR
 
 
 class LocalStore:
@@ -52,6 +54,9 @@ class LocalStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
+        if "health" not in columns:  # a store made before the column existed
+            self._db.execute("ALTER TABLE sessions ADD COLUMN health TEXT")
 
     def changelog_offset(self) -> int:
         """The highest changelog offset whose record is applied here (NO_OFFSET: none)."""
@@ -85,6 +90,13 @@ class LocalStore:
         )
         return {str(status): (int(count), int(oldest or 0)) for status, count, oldest in rows}
 
+    def health_summary(self) -> dict[str, int]:
+        """Sessions whose health is not CLEAR: health -> count."""
+        rows = self._db.execute(
+            "SELECT health, COUNT(*) FROM sessions WHERE health IS NOT NULL GROUP BY health"
+        )
+        return {str(health): int(count) for health, count in rows}
+
     def apply(self, writes: Iterable[StoreWrite], changelog_offset: int) -> None:
         """Write states (None deletes) and the changelog offset in one atomic transaction."""
         with self._transaction():
@@ -93,12 +105,15 @@ class LocalStore:
                     self._db.execute("DELETE FROM sessions WHERE session_id=?", (write.session_id,))
                 else:
                     self._db.execute(
-                        "INSERT OR REPLACE INTO sessions VALUES (?, ?, ?, ?)",
+                        "INSERT OR REPLACE INTO sessions"
+                        "(session_id, state, pending_status, pending_since_ms, health)"
+                        " VALUES (?, ?, ?, ?, ?)",
                         (
                             write.session_id,
                             write.state,
                             write.pending_status,
                             write.pending_since_ms,
+                            write.health,
                         ),
                     )
             self._db.execute(

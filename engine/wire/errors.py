@@ -27,6 +27,7 @@ class DecodeReason(StrEnum):
     INVALID_FIELDS = "INVALID_FIELDS"
     REGISTRY_UNAVAILABLE = "REGISTRY_UNAVAILABLE"
     INVALID_CHECKPOINT = "INVALID_CHECKPOINT"
+    PROCESSING_FAILED = "PROCESSING_FAILED"  # decoded, but folding or encoding it raised
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,11 @@ Rules (read before bumping):
 * A new version must be readable by resolution from every supported older version: new fields
   get defaults, enums only grow and keep their ``default`` symbol, nothing is renamed without
   an alias.
-* Bumping means: add the file, add a line to ``SUPPORTED`` below, move ``CURRENT``, run
-  ``tools/gen_wire_fixtures.py`` to write the new fixtures. The corpus test fails until then.
-* A version leaves ``SUPPORTED`` only when no producer can still write it; its file and
+* Bumping means: add the file, add the version with a one-line summary to its record's
+  ``supported`` mapping in `POLICY` below and make it ``current``, then run
+  ``.venv/bin/python -m tools.gen_wire_fixtures`` to write its fixtures (the corpus test fails
+  until then), and describe the new fields in ``schemas/SPEC.md`` (section 7).
+* A version leaves ``supported`` only when no producer can still write it; its file and
   fixtures go with it.
 """
 
@@ -46,6 +48,7 @@ class RecordPolicy:
 
     @property
     def full_name(self) -> str:
+        """The Avro full name shared by every version, e.g. ``io.reconciler.Intent``."""
         return f"{NAMESPACE}.{self.record_name}"
 
 
@@ -88,7 +91,12 @@ POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
             },
         ),
         RecordType.DEAD_LETTER: _policy(
-            "DeadLetter", 1, {1: "refused input: raw bytes, source position, reason code"}
+            "DeadLetter",
+            2,
+            {
+                1: "refused input: raw bytes, source position, reason code",
+                2: "bounded excerpt with lengths, SHA-256 and a truncated flag; PROCESSING_FAILED",
+            },
         ),
         RecordType.SESSION_STATE: _policy(
             "SessionState",

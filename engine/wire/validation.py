@@ -26,6 +26,20 @@ _NON_NEGATIVE = (
     "source_partition",
     "source_offset",
 )
+MAX_EVENT_TIME_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z. Event times past it are refused at decode: the fold adds leases and
+timeouts to event times, and a value near 2^63 overflows the state's long fields at encode."""
+MAX_SEQUENCE = 2**53 - 1
+"""Counters, sequences and fence tokens: far above any real value, and the fold's `+ 1` stays
+exact in every language that reads the decisions as JSON numbers."""
+_BOUNDED = {
+    "event_time_ms": MAX_EVENT_TIME_MS,
+    "fence_token": MAX_SEQUENCE,
+    "persisted_count": MAX_SEQUENCE,
+    "sequence": MAX_SEQUENCE,
+    "committed_count": MAX_SEQUENCE,
+    "checkpoint_sequence": MAX_SEQUENCE,
+}
 
 
 def size_violation(record: Any, limits: WireLimits) -> str | None:
@@ -131,6 +145,13 @@ def _generic_problem(model: BaseModel) -> str | None:
         value = fields.get(name)
         if isinstance(value, int) and value < 0:
             return f"{name} must not be negative (got {value})"
+    for name, bound in _BOUNDED.items():
+        value = fields.get(name)
+        if isinstance(value, int) and value > bound:
+            return f"{name} is {value}, above its range (at most {bound})"
+    pending = fields.get("pending")
+    if isinstance(pending, PendingRecord) and pending.persisted_count > MAX_SEQUENCE:
+        return f"pending.persisted_count is {pending.persisted_count}, above {MAX_SEQUENCE}"
     binding = fields.get("binding")
     if isinstance(binding, Binding):
         if binding.chunk_size is not None and binding.chunk_size <= 0:

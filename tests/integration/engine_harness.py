@@ -3,6 +3,7 @@ its decisions back with read_committed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +29,19 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def engine_settings(bootstrap: str, prefix: str, state_dir: Path, **extra: Any) -> Settings:
-    settings = load_settings(
-        environ={},
-        bootstrap_servers=bootstrap,
-        topic_prefix=f"{prefix}.",
-        partitions=3,
-        group_id=f"{prefix}-engine",
-        state_dir=state_dir,
-        commit_interval_ms=100,
-        session_timeout_ms=6_000,
-        transaction_timeout_ms=10_000,
-        metrics_port=0,
-        **extra,
-    )
+    given: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "topic_prefix": f"{prefix}.",
+        "partitions": 3,
+        "group_id": f"{prefix}-engine",
+        "state_dir": state_dir,
+        "commit_interval_ms": 100,
+        "session_timeout_ms": 6_000,
+        "transaction_timeout_ms": 10_000,
+        "metrics_port": 0,
+        "restart_backoff_max_s": 1.0,
+    }
+    settings = load_settings(environ={}, **(given | extra))
     create_topics(settings)
     return settings
 
@@ -71,6 +72,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "transaction_timeout_ms",
         "instance_id",
         "metrics_port",
+        "watchdog_margin_s",
+        "liveness_timeout_s",
+        "restart_backoff_max_s",
     ):
         env[f"RECONCILER_{name.upper()}"] = str(getattr(settings, name))
     return env
@@ -78,26 +82,50 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 @dataclass
 class EngineProcess:
-    """`reconciler run` as a child process that a test can SIGTERM or kill -9."""
+    """`reconciler run`, the supervised command a user starts: a supervisor and its engine
+    child. `kill()` is kill -9 of the engine (the supervisor restarts it), `kill_all()` of both
+    (a pod gone), `terminate()` SIGTERM to the supervisor (drain, exit 0)."""
 
     settings: Settings
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> EngineProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 (lives as long as the process)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "engine.cli", "run"],
-            env=settings_env(self.settings),
+            env=settings_env(self.settings) | self.extra_env,
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=REPO,
+            start_new_session=True,  # one process group: kill_all() reaches the child too
         )
         return self
 
-    def kill(self) -> None:
+    def engine_pid(self, timeout_s: float = 60) -> int:
+        """The current engine child's pid (waiting out a restart in progress)."""
         assert self.proc is not None
-        self.proc.kill()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+            pids = children.read_text().split() if children.exists() else []
+            if pids:
+                return int(pids[0])
+            time.sleep(0.05)
+        raise AssertionError(f"the supervisor started no engine within {timeout_s:.0f}s")
+
+    def kill(self) -> None:
+        """kill -9 the engine child; the supervisor starts a new one."""
+        pid = self.engine_pid()
+        os.kill(pid, signal.SIGKILL)
+        while self.engine_pid() == pid:  # until the supervisor reaped it and started another
+            time.sleep(0.02)
+
+    def kill_all(self) -> None:
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
 
     def terminate(self, timeout_s: float = 60) -> int:

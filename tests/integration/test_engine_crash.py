@@ -48,14 +48,13 @@ def test_kill_9_under_load_keeps_exactly_once(
         for _ in range(KILLS):
             time.sleep(rng.uniform(1.0, 4.0))  # the engine takes ~2 s to start: some kills
             # land during start-up or restore, most while it folds and commits
-            engine.kill()
-            engine.start()
+            engine.kill()  # the supervisor restarts it, as the pod would
         producer.join()
         seen = read_decisions(kafka_bootstrap, settings, until=len(events), timeout_s=180)
         assert engine.terminate() == 0, "SIGTERM must drain and exit 0"
     finally:
         if engine.alive():
-            engine.kill()
+            engine.kill_all()
         producer.join()
     inputs = read_inputs(kafka_bootstrap, settings)
     assert len(inputs) == len(events)

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
 
-from engine.core.events import Event
+from engine.core.events import Decision, Event
 from engine.settings import Settings
-from tests.integration.engine_harness import EngineProcess, engine_settings, produce, read_decisions
+from engine.wire import RecordType
+from tests.integration.engine_harness import (
+    CODEC,
+    EngineProcess,
+    engine_settings,
+    produce,
+    read_decisions,
+)
 from tests.integration.exactly_once import assert_exactly_once, read_inputs, workload
 from tools import kafka_local
 
 pytestmark = pytest.mark.kafka
+
+RESTARTS = int(os.environ.get("RECONCILER_SOAK_RESTARTS", "1"))
+RECOVERY_S = 60.0
 
 
 def _steady_load(
@@ -55,7 +67,7 @@ def test_three_engines_one_killed_one_added(
     load = _steady_load(kafka_bootstrap, base, events, chunks=30, pause_s=0.4)
     try:
         time.sleep(5)
-        engines[1].kill()  # its partitions move once its session times out
+        engines[1].kill_all()  # the pod is gone: its partitions move once its session times out
         time.sleep(3)
         engines[3].start()  # a new member joins: another rebalance
         load.join()
@@ -65,29 +77,86 @@ def test_three_engines_one_killed_one_added(
     finally:
         for engine in engines:
             if engine.alive():
-                engine.kill()
+                engine.kill_all()
         load.join()
     assert_exactly_once(events, seen, read_inputs(kafka_bootstrap, base))
     logs = [(tmp_path / f"engine-{i}.log").read_text() for i in (0, 2, 3)]
     assert any("step A2" in log for log in logs[2:]), "the added engine never took a partition"
 
 
+class _DecisionTail:
+    """A read_committed reader of the decisions topic that remembers every decision id."""
+
+    def __init__(self, bootstrap: str, settings: Settings) -> None:
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"tail-{time.time_ns()}",
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        self.consumer.subscribe([settings.topics.decisions])
+        self.ids: set[str] = set()
+
+    def wait_for(self, wanted: set[str], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not wanted <= self.ids:
+            for message in self.consumer.consume(500, timeout=0.3):
+                if message.error() is None:
+                    decision = CODEC.decode(RecordType.DECISION, message.value() or b"")
+                    assert isinstance(decision, Decision)
+                    self.ids.add(decision.decision_id)
+        return wanted <= self.ids
+
+
 def test_broker_restart_under_load(
     kafka_bootstrap: str, kafka_instance: str, unique_name: str, tmp_path: Path
 ) -> None:
+    """`make test`: one restart. `make soak`: RECONCILER_SOAK_RESTARTS restarts under a steady
+    load, each followed by fresh sessions that must be decided within 60 s, no manual step."""
     settings = engine_settings(kafka_bootstrap, unique_name, tmp_path / "state")
-    events = workload(120, seed=23)
+    events = workload(120 * max(1, RESTARTS // 4), seed=23)
     engine = EngineProcess(settings, tmp_path / "engine.log").start()
-    load = _steady_load(kafka_bootstrap, settings, events, chunks=20, pause_s=0.3)
+    load = _steady_load(kafka_bootstrap, settings, events, chunks=20 * RESTARTS, pause_s=0.3)
+    probes: list[Event] = []
+    recoveries: list[float] = []
     try:
         time.sleep(3)
-        kafka_local.restart(kafka_instance)
+        for n in range(RESTARTS):
+            kafka_local.restart(kafka_instance)
+            back = time.monotonic()
+            probe = [
+                e.model_copy(
+                    update={
+                        "session_id": f"probe-{n}-{e.session_id}",
+                        "event_id": f"probe-{n}-{e.event_id}",
+                    }
+                )
+                for e in workload(2, seed=1_000 + n)
+            ]
+            probes += probe
+            produce(kafka_bootstrap, settings, probe)
+            tail = _DecisionTail(kafka_bootstrap, settings)
+            try:
+                flowing = tail.wait_for({e.event_id for e in probe}, RECOVERY_S)
+            finally:
+                tail.consumer.close()
+            assert flowing, f"restart {n + 1}: no decisions within {RECOVERY_S:.0f}s"
+            recoveries.append(time.monotonic() - back)
         load.join()
-        seen = read_decisions(kafka_bootstrap, settings, until=len(events), timeout_s=240)
+        everything = events + probes
+        seen = read_decisions(kafka_bootstrap, settings, until=len(everything), timeout_s=240)
         assert engine.alive(), "the engine must survive a broker restart on its own"
         assert engine.terminate() == 0
     finally:
         if engine.alive():
-            engine.kill()
+            engine.kill_all()
         load.join()
-    assert_exactly_once(events, seen, read_inputs(kafka_bootstrap, settings))
+    assert_exactly_once(everything, seen, read_inputs(kafka_bootstrap, settings))
+    print(
+        f"broker restarts: {RESTARTS}; decisions again after each within "
+        f"max {max(recoveries):.1f}s, mean {sum(recoveries) / len(recoveries):.1f}s "
+        f"(from broker up); {len(everything)} inputs exactly once"
+    )

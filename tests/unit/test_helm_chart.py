@@ -1,96 +1,78 @@
-"""The Helm chart agrees with the engine: settings, metric names, probe paths (no helm binary).
+"""The Helm chart, rendered by the real Helm, agrees with the engine: settings, metric names,
+probe paths, secrets, the embedded alert rules and dashboard.
 
-PyYAML is not a dependency, so values.yaml is read with a small key-path reader that handles
-the subset the chart uses (nested maps of scalars, lists, comments). Templates are Go-template
-text, so they are checked as text: what they name must exist in the engine's code.
+`make test-deploy` (tools/deploy_check.py) lints the chart and validates every rendered object
+against the Kubernetes schemas; these tests check what the objects say.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import re
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from engine.cli import build_parser
 from engine.runtime import metrics as metrics_module
 from engine.runtime.metrics import EngineMetrics, serve_health
 from engine.settings import KAFKA_ENV_PREFIX, Settings, load_settings
+from tests.helm_render import CHART, Manifest, engine_env, helm_template, one, render
 
-CHART = Path(__file__).resolve().parents[2] / "helm" / "reconciler"
-TEMPLATES = CHART / "templates"
-
-_KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.\-/]+):(?P<rest>.*)$")
-_ENV_NAME = re.compile(r"\bRECONCILER_[A-Z0-9_]+")
-_ENV_FROM_VALUES = re.compile(
-    r"- name: (?P<env>RECONCILER_[A-Z0-9_]+)\n\s+value: \{\{ \.Values\.(?P<path>[A-Za-z0-9_.]+)"
-)
-_VALUES_REF = re.compile(r"\.Values\.(?P<path>[A-Za-z][A-Za-z0-9_.]*)")
+REPO = CHART.parents[1]
+ALL_ON = REPO / "tests" / "deploy" / "values-all-on.yaml"
+RULES_FILE = CHART / "files" / "alerts.rules.yaml"
+DASHBOARD_FILE = CHART / "files" / "dashboard.json"
 _METRIC = re.compile(r"\breconciler_[a-z0-9_]+")
 
 
-def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8")
+@pytest.fixture(scope="module")
+def defaults() -> list[Manifest]:
+    return render()
 
 
-def _template_text() -> str:
-    return "\n".join(_read(p) for p in sorted(TEMPLATES.iterdir()) if p.is_file())
+@pytest.fixture(scope="module")
+def all_on() -> list[Manifest]:
+    return render("-f", str(ALL_ON))
 
 
-def value_paths(text: str) -> dict[str, str]:
-    """Dotted key path -> raw scalar ('' for a map or list) of every key in a values file."""
-    paths: dict[str, str] = {}
-    stack: list[tuple[int, str]] = []
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith(("#", "-")):
-            continue
-        match = _KEY_LINE.match(line)
-        if match is None:
-            continue
-        indent = len(match["indent"])
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        stack.append((indent, match["key"]))
-        raw = match["rest"].split(" #", 1)[0].strip().strip('"')
-        paths[".".join(key for _, key in stack)] = raw
-    return paths
-
-
-def test_value_paths_reader_handles_nesting_and_comments() -> None:
-    text = 'a: 1\nb:\n  # note\n  c: "x"  # why\n  d:\n    - e: 2\nf: {}\n'
-    assert value_paths(text) == {"a": "1", "b": "", "b.c": "x", "b.d": "", "f": "{}"}
-
-
-VALUES = value_paths(_read(CHART / "values.yaml"))
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def test_chart_metadata() -> None:
-    chart = value_paths(_read(CHART / "Chart.yaml"))
+    chart = _yaml(CHART / "Chart.yaml")
     assert chart["apiVersion"] == "v2"
     assert chart["name"] == "reconciler"
     assert re.fullmatch(r"\d+\.\d+\.\d+", chart["version"])
-    for name in ("_helpers.tpl", "NOTES.txt", "statefulset.yaml", "prometheusrule.yaml"):
-        assert (TEMPLATES / name).is_file(), name
     assert (CHART / "README.md").is_file()
 
 
-def test_every_values_reference_exists_in_values_yaml() -> None:
-    referenced = {m["path"] for m in _VALUES_REF.finditer(_template_text())}
-    assert referenced, "no .Values references found: the regex or the templates changed"
-    missing = sorted(path for path in referenced if path not in VALUES)
-    assert not missing, f"templates use values that values.yaml does not define: {missing}"
+def test_kinds_rendered(defaults: list[Manifest], all_on: list[Manifest]) -> None:
+    kinds = sorted(m["kind"] for m in defaults)
+    assert kinds == sorted(
+        ["ServiceAccount", "Service", "Service", "StatefulSet", "PodDisruptionBudget", "Job"]
+    )
+    extra = sorted({m["kind"] for m in all_on} - set(kinds))
+    assert extra == ["ConfigMap", "PrometheusRule", "ServiceMonitor"]
 
 
-def test_every_reconciler_env_var_is_a_settings_field_or_kafka_pass_through() -> None:
-    names = set(_ENV_NAME.findall(_template_text()))
-    assert KAFKA_ENV_PREFIX in names, "librdkafka pass-through env vars are not rendered"
+def test_every_reconciler_env_var_is_a_settings_field_or_kafka_pass_through(
+    all_on: list[Manifest],
+) -> None:
+    secrets = {"reconciler-kafka": {"username": "engine", "password": "pw"}}
+    names = set(engine_env(all_on, secrets))
     fields = set(Settings.model_fields) - {"kafka"}
     unknown = sorted(
         name
-        for name in names - {KAFKA_ENV_PREFIX}
-        if name.removeprefix("RECONCILER_").lower() not in fields
+        for name in names
+        if name.startswith("RECONCILER_")
+        and not name.startswith(KAFKA_ENV_PREFIX)
+        and name.removeprefix("RECONCILER_").lower() not in fields
     )
     assert not unknown, f"env vars that engine.settings.Settings does not read: {unknown}"
     needed = {
@@ -98,7 +80,6 @@ def test_every_reconciler_env_var_is_a_settings_field_or_kafka_pass_through() ->
         "topic_prefix",
         "partitions",
         "group_id",
-        "instance_id",
         "state_dir",
         "commit_interval_ms",
         "transaction_timeout_ms",
@@ -109,54 +90,83 @@ def test_every_reconciler_env_var_is_a_settings_field_or_kafka_pass_through() ->
     assert needed <= rendered, f"settings the chart never sets: {sorted(needed - rendered)}"
 
 
-def test_default_values_render_to_valid_settings() -> None:
-    text = _template_text()
-    env = {m["env"]: VALUES[m["path"]] for m in _ENV_FROM_VALUES.finditer(text)}
-    assert len(env) >= 9, env
+def test_default_values_render_to_valid_settings(defaults: list[Manifest]) -> None:
+    values = _yaml(CHART / "values.yaml")
+    env = engine_env(defaults)
     env["RECONCILER_INSTANCE_ID"] = "reconciler-0"  # what the downward API gives pod 0
     settings = load_settings(None, env)
-    assert settings.partitions == int(VALUES["partitions"])
-    assert settings.metrics_port == int(VALUES["metricsPort"])
-    assert settings.state_dir == Path(VALUES["stateDir"])
-    assert int(VALUES["replicaCount"]) <= settings.partitions
-    grace_ms = int(VALUES["terminationGracePeriodSeconds"]) * 1000
-    assert grace_ms > settings.transaction_timeout_ms
+    assert settings.partitions == values["partitions"]
+    assert settings.metrics_port == values["metricsPort"]
+    assert settings.state_dir == Path(values["stateDir"])
+    assert settings.kafka == {}
+    statefulset = one(defaults, "StatefulSet")
+    assert statefulset["spec"]["replicas"] <= settings.partitions
+    grace_s = statefulset["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace_s * 1000 > settings.transaction_timeout_ms
 
 
-def test_instance_id_comes_from_the_pod_name() -> None:
-    statefulset = _read(TEMPLATES / "statefulset.yaml")
-    assert re.search(
-        r"- name: RECONCILER_INSTANCE_ID\n\s+valueFrom:\n\s+fieldRef:\n\s+fieldPath: metadata.name",
-        statefulset,
-    )
-    assert re.search(r"^kind: StatefulSet$", statefulset, re.MULTILINE)
-    assert "podManagementPolicy: Parallel" in statefulset
-    assert "volumeClaimTemplates:" in statefulset
-    assert 'command: ["reconciler", "run"]' in statefulset
-    assert build_parser().parse_args(["run"]).command == "run"
-    job = _read(TEMPLATES / "topics-job.yaml")
-    assert 'command: ["reconciler", "topics", "create"]' in job
+def test_instance_id_comes_from_the_pod_name(defaults: list[Manifest]) -> None:
+    statefulset = one(defaults, "StatefulSet")
+    assert statefulset["spec"]["podManagementPolicy"] == "Parallel"
+    assert statefulset["spec"]["volumeClaimTemplates"]
+    (engine,) = statefulset["spec"]["template"]["spec"]["containers"]
+    by_name = {var["name"]: var for var in engine["env"]}
+    field = by_name["RECONCILER_INSTANCE_ID"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert field == "metadata.name"
+    assert engine["command"] == ["reconciler", "run"]
+    assert build_parser().parse_args(engine["command"][1:]).command == "run"
+    (job_container,) = one(defaults, "Job")["spec"]["template"]["spec"]["containers"]
+    assert job_container["command"] == ["reconciler", "topics", "create"]
     assert build_parser().parse_args(["topics", "create"]).topics_command == "create"
 
 
-@pytest.mark.parametrize(
-    "key", ["security.protocol", "sasl.mechanism", "sasl.password", "ssl.ca.location"]
-)
+@pytest.mark.parametrize("key", ["security.protocol", "sasl.mechanism", "ssl.ca.location"])
 def test_kafka_keys_survive_the_chart_env_encoding(key: str) -> None:
-    # The template renders `RECONCILER_KAFKA__{{ $key | upper | replace "." "_" }}`.
-    helpers = _read(TEMPLATES / "_helpers.tpl")
-    assert helpers.count('RECONCILER_KAFKA__{{ $key | upper | replace "." "_" }}') == 2
-    env = {KAFKA_ENV_PREFIX + key.upper().replace(".", "_"): "v"}
-    assert load_settings(None, env).kafka == {key: "v"}
+    manifests = render("--set-json", f"kafka={json.dumps({key: 'v'})}")
+    assert load_settings(None, engine_env(manifests)).kafka == {key: "v"}
 
 
-def test_secrets_come_from_a_secret_never_from_values() -> None:
-    helpers = _read(TEMPLATES / "_helpers.tpl")
-    assert "secretKeyRef:" in helpers
-    assert "{{ $.Values.kafkaSecret.name }}" in helpers
-    assert 'contains "password"' in helpers, "the chart no longer refuses inline passwords"
-    inline = [path for path in VALUES if path.startswith("kafka.")]
-    assert not inline, f"values.yaml sets librdkafka keys by default: {inline}"
+def test_sasl_credentials_come_from_the_named_secret(all_on: list[Manifest]) -> None:
+    (engine,) = one(all_on, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    refs = {
+        var["name"]: var["valueFrom"]["secretKeyRef"]
+        for var in engine["env"]
+        if "secretKeyRef" in var.get("valueFrom", {})
+    }
+    assert refs == {
+        "RECONCILER_KAFKA__SASL_USERNAME": {"name": "reconciler-kafka", "key": "username"},
+        "RECONCILER_KAFKA__SASL_PASSWORD": {"name": "reconciler-kafka", "key": "password"},
+    }
+    secrets = {"reconciler-kafka": {"username": "engine", "password": "s3cret"}}
+    kafka = load_settings(None, engine_env(all_on, secrets)).kafka
+    assert kafka["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert kafka["sasl.password"] == "s3cret"
+    assert "s3cret" not in json.dumps(all_on)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "replicaCount=7", "--set", "partitions=6"], "replicaCount (7) > partitions"),
+        (["--set", "metricsPort=0"], "metricsPort is 0"),
+        (["--set", "terminationGracePeriodSeconds=10"], "must exceed transactionTimeoutMs"),
+        (["--set", "kafka.sasl\\.password=x"], "looks secret"),
+        (["--set", "sasl.enabled=true"], "sasl.existingSecret is empty"),
+        (
+            [
+                "--set",
+                "sasl.enabled=true,sasl.existingSecret=s",
+                "--set",
+                "kafka.sasl\\.mechanism=P",
+            ],
+            "set both by sasl",
+        ),
+    ],
+)
+def test_values_the_engine_cannot_work_with_are_refused(args: list[str], message: str) -> None:
+    proc = helm_template(*args)
+    assert proc.returncode != 0
+    assert message in proc.stderr
 
 
 def _exported_metric_names() -> set[str]:
@@ -167,25 +177,70 @@ def _exported_metric_names() -> set[str]:
     return names
 
 
-def test_alert_rules_use_only_metrics_the_engine_exports() -> None:
+def test_the_prometheus_rule_is_the_rules_file_plus_routing_labels(all_on: list[Manifest]) -> None:
+    rules_file = _yaml(RULES_FILE)
+    rendered = one(all_on, "PrometheusRule")
+    assert rendered["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    expected = [
+        {
+            "name": group["name"],
+            "rules": [
+                {**rule, "labels": {**rule.get("labels", {}), "team": "agents"}}
+                for rule in group["rules"]
+            ],
+        }
+        for group in rules_file["groups"]
+    ]
+    assert rendered["spec"]["groups"] == expected
+
+
+def test_alert_rules_and_dashboard_use_only_metrics_the_engine_exports() -> None:
     exported = _exported_metric_names()
-    assert "reconciler_gate_violations_total" in exported  # the registry read is sound
-    rules = _read(TEMPLATES / "prometheusrule.yaml")
-    used = set(_METRIC.findall(rules))
-    unknown = sorted(used - exported)
-    assert not unknown, f"alert rules name metrics the engine does not export: {unknown}"
-    required = {
-        "reconciler_gate_violations_total",
-        "reconciler_alerts_total",
-        "reconciler_dead_letters_total",
-        "reconciler_oldest_pending_write_age_seconds",
-        "reconciler_consumer_lag",
-        "reconciler_transaction_aborts_total",
-        "reconciler_ready",
-    }
-    assert required <= used, f"alerts missing for: {sorted(required - used)}"
-    docs = _template_text() + _read(CHART / "README.md")
+    rules = RULES_FILE.read_text(encoding="utf-8")
+    dashboard = DASHBOARD_FILE.read_text(encoding="utf-8")
+    for name, text in (("rules", rules), ("dashboard", dashboard)):
+        unknown = sorted(set(_METRIC.findall(text)) - exported)
+        assert not unknown, f"{name} name metrics the engine does not export: {unknown}"
+    docs = (CHART / "README.md").read_text(encoding="utf-8")
     assert not sorted(set(_METRIC.findall(docs)) - exported)
+    alerts = {rule["alert"] for group in _yaml(RULES_FILE)["groups"] for rule in group["rules"]}
+    assert {
+        "ReconcilerSessionNeedsRepair",
+        "ReconcilerGateViolation",
+        "ReconcilerWithheldResumesRising",
+        "ReconcilerDeadLetters",
+        "ReconcilerConsumerLag",
+        "ReconcilerDecisionLatencyHigh",
+        "ReconcilerNoProgress",
+        "ReconcilerRestoreTooLong",
+        "ReconcilerRestarting",
+    } <= alerts
+
+
+def test_every_alert_has_a_promtool_unit_test() -> None:
+    alerts = {rule["alert"] for group in _yaml(RULES_FILE)["groups"] for rule in group["rules"]}
+    tests = _yaml(REPO / "tests" / "deploy" / "alerts.test.yaml")["tests"]
+    tested = {case["alertname"] for test in tests for case in test["alert_rule_test"]}
+    assert alerts == tested
+    firing = {
+        case["alertname"]
+        for test in tests
+        for case in test["alert_rule_test"]
+        if case.get("exp_alerts")
+    }
+    assert firing == alerts, f"alerts never shown firing: {sorted(alerts - firing)}"
+
+
+def test_dashboard_config_map_carries_the_sidecar_label(all_on: list[Manifest]) -> None:
+    config_map = one(all_on, "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["annotations"] == {"grafana_folder": "Kafka"}
+    (text,) = config_map["data"].values()
+    dashboard = json.loads(text)
+    assert dashboard == json.loads(DASHBOARD_FILE.read_text(encoding="utf-8"))
+    titles = " ".join(panel["title"].lower() for panel in dashboard["panels"])
+    for topic in ("throughput", "latency", "reason", "health", "lag", "dead", "commit", "restart"):
+        assert topic in titles, topic
 
 
 class _FakeServer:
@@ -214,15 +269,15 @@ def _get(handler: type[BaseHTTPRequestHandler], path: str) -> int:
     return int(status_line.split()[1])
 
 
-def test_probe_paths_are_the_ones_the_engine_serves(monkeypatch: pytest.MonkeyPatch) -> None:
-    statefulset = _read(TEMPLATES / "statefulset.yaml")
-    probes = dict(
-        re.findall(r"(livenessProbe|readinessProbe):\n\s+httpGet:\n\s+path: (\S+)", statefulset)
-    )
-    assert set(probes) == {"livenessProbe", "readinessProbe"}
-    assert statefulset.count("port: metrics") == 2
-    monitor_path = re.search(r"path: (\S+)", _read(TEMPLATES / "servicemonitor.yaml"))
-    assert monitor_path is not None
+def test_probe_paths_are_the_ones_the_engine_serves(
+    all_on: list[Manifest], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (engine,) = one(all_on, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    liveness = engine["livenessProbe"]["httpGet"]
+    readiness = engine["readinessProbe"]["httpGet"]
+    assert liveness["port"] == readiness["port"] == "metrics"
+    assert {p["name"] for p in engine["ports"]} == {"metrics"}
+    (endpoint,) = one(all_on, "ServiceMonitor")["spec"]["endpoints"]
 
     monkeypatch.setattr(metrics_module, "ThreadingHTTPServer", _FakeServer)
     metrics = EngineMetrics()
@@ -230,8 +285,8 @@ def test_probe_paths_are_the_ones_the_engine_serves(monkeypatch: pytest.MonkeyPa
     handler = _FakeServer.handler
     assert handler is not None
     assert _get(handler, "/no-such-path") == 404
-    assert _get(handler, probes["livenessProbe"]) == 200
-    assert _get(handler, monitor_path[1]) == 200
-    assert _get(handler, probes["readinessProbe"]) == 503  # not ready before restore
+    assert _get(handler, liveness["path"]) == 200
+    assert _get(handler, endpoint["path"]) == 200
+    assert _get(handler, readiness["path"]) == 503  # not ready before restore
     metrics.set_ready(True)
-    assert _get(handler, probes["readinessProbe"]) == 200
+    assert _get(handler, readiness["path"]) == 200

@@ -62,6 +62,16 @@ Refuse values the engine cannot work with, with the fix in the message.
 {{- fail (printf "kafka.%s looks secret: put it in an existing Secret and map it under kafkaSecret.keys instead of values." $key) }}
 {{- end }}
 {{- end }}
+{{- if and .Values.sasl.enabled (not .Values.sasl.existingSecret) }}
+{{- fail "sasl.enabled is true but sasl.existingSecret is empty: name the Secret that holds the engine principal's username and password." }}
+{{- end }}
+{{- if .Values.sasl.enabled }}
+{{- range $key := list "security.protocol" "sasl.mechanism" "sasl.username" "sasl.password" }}
+{{- if or (hasKey $.Values.kafka $key) (hasKey $.Values.kafkaSecret.keys $key) }}
+{{- fail (printf "%s is set both by sasl.* and by kafka/kafkaSecret: keep one." $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- if and .Values.kafkaSecret.keys (not .Values.kafkaSecret.name) }}
 {{- fail "kafkaSecret.keys is set but kafkaSecret.name is empty: name the existing Secret." }}
 {{- end }}
@@ -86,20 +96,27 @@ and the topics Job so both see the same cluster, prefix and partition count.
 - name: RECONCILER_KAFKA__{{ $key | upper | replace "." "_" }}
   value: {{ $value | quote }}
 {{- end }}
+{{- if .Values.sasl.enabled }}
+- name: RECONCILER_KAFKA__SECURITY_PROTOCOL
+  value: {{ .Values.sasl.securityProtocol | quote }}
+- name: RECONCILER_KAFKA__SASL_MECHANISM
+  value: {{ .Values.sasl.mechanism | quote }}
+- name: RECONCILER_KAFKA__SASL_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.sasl.existingSecret }}
+      key: {{ .Values.sasl.usernameKey }}
+- name: RECONCILER_KAFKA__SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.sasl.existingSecret }}
+      key: {{ .Values.sasl.passwordKey }}
+{{- end }}
 {{- range $key, $secretKey := .Values.kafkaSecret.keys }}
 - name: RECONCILER_KAFKA__{{ $key | upper | replace "." "_" }}
   valueFrom:
     secretKeyRef:
       name: {{ $.Values.kafkaSecret.name }}
       key: {{ $secretKey }}
-{{- end }}
-{{- end }}
-
-{{/* PromQL label matcher of this release's series (without braces). */}}
-{{- define "reconciler.metricSelector" -}}
-{{- if .Values.alerts.selector }}
-{{- .Values.alerts.selector }}
-{{- else }}
-{{- printf "namespace=%q,service=%q" .Release.Namespace (include "reconciler.fullname" .) }}
 {{- end }}
 {{- end }}

@@ -1,4 +1,4 @@
-"""Scenario table mirroring the SDK's own conformance scenarios (reference §6, §9)."""
+"""Scenario table mirroring the openai-agents SDK 0.24.0 pending-write conformance scenarios."""
 
 from __future__ import annotations
 

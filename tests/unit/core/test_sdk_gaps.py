@@ -1,4 +1,5 @@
-"""One test per row of sdk-gaps.md: the engine reaches the right verdict or withholds."""
+"""One test per known SDK gap (a case where openai-agents 0.24.0 alone duplicates or loses
+history): the engine reaches the right verdict or withholds."""
 
 from __future__ import annotations
 

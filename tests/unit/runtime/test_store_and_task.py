@@ -3,6 +3,7 @@ the states, commit/abort of the write cache (COMMIT_PROTOCOL.md steps 2, 3, 6 an
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,12 @@ import pytest
 from engine.core.events import AckOutcome, Verdict
 from engine.runtime.state_codec import StateFormatError, decode_state
 from engine.runtime.store import NO_OFFSET, LocalStore, StoreWrite
-from engine.runtime.task import PartitionTask, parse_pending_header, pending_header
+from engine.runtime.task import (
+    DECODED_BYTES_PER_ENCODED,
+    PartitionTask,
+    parse_pending_header,
+    pending_header,
+)
 from tests.unit.core.builders import ack, call, intent, msg, out, record, resume
 
 U, C, OUT = msg("u"), call("c1"), out("c1")
@@ -37,7 +43,7 @@ def test_a_failing_write_batch_changes_nothing(tmp_path: Path) -> None:
         raise RuntimeError("disk gone")
 
     class Exploding:
-        def __iter__(self):  # type: ignore[no-untyped-def]
+        def __iter__(self) -> Iterator[StoreWrite]:
             yield StoreWrite("a", b"2")
             yield from broken()
 
@@ -59,7 +65,7 @@ def test_commit_persists_and_abort_forgets(tmp_path: Path) -> None:
     assert stored is not None
     assert decode_state(stored).slot is not None
 
-    _, decisions = task.fold(ack("e2", AckOutcome.COMMITTED), offset=1)
+    _, decisions, _ = task.fold(ack("e2", AckOutcome.COMMITTED), offset=1)
     assert decisions[0].verdict is Verdict.RECORDED
     task.discard()  # abort: the ack is forgotten, the committed intent stays
     state = task.state_of("s1")
@@ -74,9 +80,9 @@ def test_replaying_after_abort_gives_the_same_decisions(tmp_path: Path) -> None:
     task.changelog_records()
     task.persist()
     event = resume("e3", record([OUT], [U, C]), [U, C, OUT])
-    _, first = task.fold(event, offset=5)
+    _, first, _ = task.fold(event, offset=5)
     task.discard()
-    _, again = task.fold(event, offset=5)
+    _, again, _ = task.fold(event, offset=5)
     assert first == again
     assert first[0].verdict is Verdict.CONTINUE
 
@@ -90,3 +96,26 @@ def test_pending_header_round_trip() -> None:
 def test_unreadable_state_names_the_fix() -> None:
     with pytest.raises(StateFormatError, match="rebuild the partition"):
         decode_state(b"\x00garbage")
+
+
+def test_read_cache_is_an_lru_bounded_by_estimated_bytes(tmp_path: Path) -> None:
+    task = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
+    for n in range(40):
+        task.fold(intent(f"e{n}", [OUT], [U, C]).model_copy(update={"session_id": f"s{n}"}), n)
+    task.changelog_records()
+    task.persist()
+    sizes = [len(task.store.get(f"s{n}") or b"") * DECODED_BYTES_PER_ENCODED for n in range(40)]
+    assert task.read_cache_used == sum(sizes)  # everything fits the default budget
+    one = max(sizes)
+    small = PartitionTask(partition=0, store=task.store, read_cache_bytes=10 * one)
+    for n in range(10):
+        assert small.state_of(f"s{n}") is not None
+    assert small.state_of("s0") is not None  # s0 is now the most recently used
+    for n in range(10, 30):
+        assert small.state_of(f"s{n}") is not None
+        assert small.read_cache_used <= 10 * one
+    assert set(small.committed) == {f"s{n}" for n in range(20, 30)}
+    small.state_of("s25")
+    small.state_of("s30")  # evicts the least recently used (s20), not the oldest inserted
+    assert "s20" not in small.committed
+    assert "s25" in small.committed

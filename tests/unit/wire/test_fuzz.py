@@ -37,6 +37,15 @@ FUZZ = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+DEAD_LETTER_REASONS = frozenset(
+    next(
+        f["type"]["symbols"]
+        for f in SHIPPED_SCHEMAS.current(RecordType.DEAD_LETTER).source["fields"]
+        if f["name"] == "reason"
+    )
+)
+# Single-object framing never asks a registry, and SDK checkpoints are not wire records.
+NEVER_FROM_BYTES = frozenset({DecodeReason.REGISTRY_UNAVAILABLE, DecodeReason.INVALID_CHECKPOINT})
 PEAK_BYTES = 4 * 1024 * 1024  # inputs are a few KB; anything near this is unbounded growth
 
 pytestmark = pytest.mark.timeout(120)
@@ -47,11 +56,14 @@ def _decode_or_refuse(codec: Codec, record_type: RecordType, data: bytes) -> Non
     try:
         model = codec.decode(record_type, data)
     except DecodeError as error:
-        reason = error.reason
+        refusal = error
     else:
         assert isinstance(model, MODEL_OF[record_type])
         return
-    assert reason in set(DecodeReason)
+    # Every refusal must be recordable as a dead letter, with a message an operator can read.
+    assert refusal.reason.value in DEAD_LETTER_REASONS
+    assert refusal.reason not in NEVER_FROM_BYTES
+    assert refusal.message.strip()
 
 
 @FUZZ

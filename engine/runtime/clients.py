@@ -1,0 +1,139 @@
+"""The Kafka clients the engine uses, behind one factory that tests replace with fakes.
+
+`ProducerLike` and `ConsumerLike` name only the calls the engine makes, so a fake can inject a
+retriable, abortable, fatal or fencing error, or a call that never returns, at any step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+
+from engine.runtime.restore import RestoreReport, restore_partitions
+from engine.runtime.store import LocalStore
+from engine.settings import Settings
+
+MAX_POLL_INTERVAL_MS = 60_000
+DEAD_LETTER_MAX_BYTES = 2_200_000
+"""The producer's `message.max.bytes`; a dead letter is bounded well below it (excerpts)."""
+
+PREFETCH_KBYTES = 16_384
+
+DeliveryCallback = Callable[[Any, Message], None]
+
+
+class ProducerLike(Protocol):
+    def produce(
+        self,
+        topic: str,
+        *,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int = -1,
+        on_delivery: Any = None,
+        headers: Any = None,
+    ) -> None: ...
+    def poll(self, timeout: float = -1) -> int: ...
+    def flush(self, timeout: float = -1) -> int: ...
+    def init_transactions(self, timeout: float = -1) -> None: ...
+    def begin_transaction(self) -> None: ...
+    def commit_transaction(self, timeout: float = -1) -> None: ...
+    def abort_transaction(self, timeout: float = -1) -> None: ...
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1
+    ) -> None: ...
+
+
+class ConsumerLike(Protocol):
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: Any = None,
+        on_revoke: Any = None,
+        on_lost: Any = None,
+    ) -> None: ...
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]: ...
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float = -1
+    ) -> list[TopicPartition]: ...
+    def seek(self, partition: TopicPartition) -> None: ...
+    def pause(self, partitions: list[TopicPartition]) -> None: ...
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]: ...
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float = -1, cached: bool = False
+    ) -> tuple[int, int]: ...
+    def consumer_group_metadata(self) -> Any: ...
+    def close(self) -> None: ...
+
+
+class ClientFactory(Protocol):
+    """Creates the clients of one engine incarnation (and again after every rejoin)."""
+
+    def producer(self, settings: Settings) -> ProducerLike: ...
+    def consumer(self, settings: Settings) -> ConsumerLike: ...
+    def restore(
+        self,
+        settings: Settings,
+        stores: Mapping[int, LocalStore],
+        progress: Callable[[], None],
+    ) -> list[RestoreReport]: ...
+
+
+def producer_config(settings: Settings) -> dict[str, Any]:
+    s = settings
+    return s.client_config(
+        **{
+            "transactional.id": f"{s.group_id}-{s.instance_id}",
+            "transaction.timeout.ms": s.transaction_timeout_ms,
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",
+            "linger.ms": 5,
+            "message.max.bytes": DEAD_LETTER_MAX_BYTES,
+        }
+    )
+
+
+def consumer_config(settings: Settings) -> dict[str, Any]:
+    s = settings
+    return s.client_config(
+        **{
+            "group.id": s.group_id,
+            "group.instance.id": s.instance_id,
+            "partition.assignment.strategy": "range",
+            "session.timeout.ms": s.session_timeout_ms,
+            "heartbeat.interval.ms": max(250, s.session_timeout_ms // 6),
+            "max.poll.interval.ms": MAX_POLL_INTERVAL_MS,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            # Pre-fetched records wait in librdkafka's queue and then as Python bytes in one
+            # consume() batch: bound both by bytes (default 64 MB of queue; a batch of 1,000
+            # records near the 1 MB record limit would be 1 GB), or large inputs grow RSS.
+            "queued.max.messages.kbytes": PREFETCH_KBYTES,
+            "fetch.max.bytes": PREFETCH_KBYTES * 1024 // 2,
+        }
+    )
+
+
+class KafkaClients:
+    """The real thing: confluent-kafka clients and the changelog restore consumer."""
+
+    def producer(self, settings: Settings) -> ProducerLike:
+        return Producer(producer_config(settings))
+
+    def consumer(self, settings: Settings) -> ConsumerLike:
+        return Consumer(consumer_config(settings))
+
+    def restore(
+        self,
+        settings: Settings,
+        stores: Mapping[int, LocalStore],
+        progress: Callable[[], None],
+    ) -> list[RestoreReport]:
+        return restore_partitions(
+            settings.client_config(), settings.topics.changelog, stores, progress=progress
+        )

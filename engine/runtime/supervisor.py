@@ -1,0 +1,102 @@
+"""`reconciler run` is a small parent that restarts the engine child whenever it dies.
+
+Crash-only recovery: the engine exits on anything it cannot handle in place (the watchdog's
+exit 75, a crash, kill -9) and the next process resumes from what Kafka and its local store hold
+(COMMIT_PROTOCOL.md). In Kubernetes the pod would restart too, but slower and with a rebalance;
+locally nothing else would. The child learns how many restarts came before it from
+`RECONCILER_ENGINE_RESTARTS` (exported as `reconciler_engine_restarts_total`) and exits by
+itself if this parent disappears (`RECONCILER_SUPERVISOR_PID`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType
+
+log = logging.getLogger("reconciler.supervisor")
+
+RESTARTS_ENV = "RECONCILER_ENGINE_RESTARTS"
+SUPERVISOR_ENV = "RECONCILER_SUPERVISOR_PID"
+CONFIG_ERROR_EXIT = 2  # bad settings: a restart would fail the same way
+HEALTHY_AFTER_S = 60.0  # a child that ran this long resets the backoff
+
+
+@dataclass(frozen=True)
+class Backoff:
+    initial_s: float = 0.5
+    max_s: float = 30.0
+
+    def delay(self, quick_failures: int) -> float:
+        """Doubles with every consecutive failure of a child that did not run long."""
+        if quick_failures <= 0:
+            return 0.0
+        return float(min(self.max_s, self.initial_s * 2 ** (quick_failures - 1)))
+
+
+def supervise(
+    command: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    backoff: Backoff | None = None,
+) -> int:
+    """Run `command` until it exits 0 (a drained stop) or 2 (bad settings), or until this
+    process gets SIGTERM/SIGINT, which is forwarded; returns the last child's exit status."""
+    backoff = backoff or Backoff()
+    stopping = threading.Event()
+    child: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    restarts = quick_failures = 0
+    try:
+        while True:
+            child_env = dict(os.environ if env is None else env)
+            child_env[RESTARTS_ENV] = str(restarts)
+            child_env[SUPERVISOR_ENV] = str(os.getpid())
+            started = time.monotonic()
+            child = subprocess.Popen(list(command), env=child_env)
+            log.info("engine pid %d started (restarts so far: %d)", child.pid, restarts)
+            code = child.wait()
+            lived = time.monotonic() - started
+            if stopping.is_set() or code in (0, CONFIG_ERROR_EXIT):
+                log.info("engine pid %d exited with %d; supervisor done", child.pid, code)
+                return code
+            quick_failures = 1 if lived >= HEALTHY_AFTER_S else quick_failures + 1
+            restarts += 1
+            delay = backoff.delay(quick_failures)
+            log.error(
+                "engine pid %d exited with %d after %.1fs; restart #%d in %.1fs",
+                child.pid,
+                code,
+                lived,
+                restarts,
+                delay,
+            )
+            if stopping.wait(delay):
+                return code
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def parent_gone() -> bool:
+    """In the child: True once the supervisor that started it has died (we were re-parented)."""
+    expected = os.environ.get(SUPERVISOR_ENV)
+    return expected is not None and os.getppid() != int(expected)
+
+
+def restarts_before() -> int:
+    try:
+        return max(0, int(os.environ.get(RESTARTS_ENV, "0")))
+    except ValueError:
+        return 0

@@ -1,0 +1,195 @@
+"""One place for the transaction: its status, every transactional call and how errors classify.
+
+Every call goes through `Transaction.call`: under a watchdog guard (a call that never returns ends
+the process), with librdkafka's classes mapped to one outcome each (COMMIT_PROTOCOL.md, "Errors"):
+retriable -> retried until the step's deadline; abortable -> `AbortableError`; fatal, fenced,
+unclassified or a deadline passed -> `RejoinError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from engine.runtime.clients import ProducerLike
+from engine.runtime.protocol import Step
+from engine.runtime.watchdog import Watchdog
+
+log = logging.getLogger("reconciler.engine")
+
+T = TypeVar("T")
+
+CALL_TIMEOUT_S = 10.0
+"""The timeout given to one librdkafka call; a retry gets what is left of the step's deadline."""
+STEP_DEADLINE_S = 40.0
+"""Steps 3-5 together, and any other transactional call with its retries: well under
+`max.poll.interval.ms` (60 s)."""
+
+
+class TxnStatus(StrEnum):
+    NONE = "none"  # no transaction open: the next fold begins one
+    OPEN = "open"
+    COMMITTING = "committing"
+    ABORTING = "aborting"
+    FAILED = "failed"  # fatal: this producer is done, the engine rejoins with new clients
+
+
+class ErrorClass(StrEnum):
+    RETRIABLE = "retriable"
+    ABORTABLE = "abortable"
+    FATAL = "fatal"
+    DEADLINE = "deadline"
+
+
+class AbortableError(Exception):
+    """The transaction must be aborted and the inputs rewound (txn_requires_abort)."""
+
+
+class RejoinError(Exception):
+    """Fatal, fenced, unclassified or out of time: drop the tasks, new clients, rejoin."""
+
+
+def classify(error: KafkaError, *, deadline_passed: bool) -> ErrorClass:
+    """librdkafka's classes in its documented precedence; unclassified counts as fatal."""
+    if error.fatal() or error.code() in (KafkaError._FENCED, KafkaError._FATAL):
+        return ErrorClass.FATAL
+    if error.txn_requires_abort():
+        return ErrorClass.ABORTABLE
+    if error.retriable():
+        return ErrorClass.DEADLINE if deadline_passed else ErrorClass.RETRIABLE
+    return ErrorClass.FATAL
+
+
+class Transaction:
+    """The producer's transaction state machine: NONE -> OPEN -> COMMITTING -> NONE, or
+    OPEN/COMMITTING -> ABORTING -> NONE; any fatal error -> FAILED (terminal)."""
+
+    def __init__(self, producer: ProducerLike, watchdog: Watchdog, budget_s: float) -> None:
+        self.producer = producer
+        self.watchdog = watchdog
+        self.budget_s = budget_s  # the watchdog's bound on any one call
+        self.status = TxnStatus.NONE
+        self.started = 0.0
+        self.partitions: tuple[int, ...] = ()  # for the watchdog's report
+
+    @property
+    def open(self) -> bool:
+        return self.status in (TxnStatus.OPEN, TxnStatus.COMMITTING)
+
+    def call(self, step: str, fn: Callable[[float], T], deadline: float | None = None) -> T:
+        """The one classified call: `fn(timeout_s)` under a watchdog guard, retried while
+        retriable and before `deadline`."""
+        deadline = deadline or time.monotonic() + STEP_DEADLINE_S
+        attempt = 0
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                with self.watchdog.guard(step, self.budget_s, self.partitions):
+                    return fn(max(1.0, min(CALL_TIMEOUT_S, left)))
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                passed = deadline - time.monotonic() <= 1.0
+                kind = classify(error, deadline_passed=passed)
+                if kind is ErrorClass.RETRIABLE:
+                    attempt += 1
+                    log.warning("step %s: retriable error, retry %d: %s", step, attempt, error)
+                    time.sleep(min(0.1 * attempt, 1.0))
+                    continue
+                if kind is ErrorClass.ABORTABLE:
+                    raise AbortableError(f"step {step}: {error}") from exc
+                self.status = TxnStatus.FAILED
+                raise RejoinError(f"step {step} ({kind}): {error}") from exc
+
+    def init(self) -> None:
+        self.call("init_transactions", lambda t: self.producer.init_transactions(t))
+
+    def begin(self) -> None:
+        if self.open:
+            return
+        self.call(Step.BEGIN, lambda _: self.producer.begin_transaction())
+        self.status = TxnStatus.OPEN
+        self.started = time.monotonic()
+
+    def produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        step: str,
+        *,
+        optional: bool = False,
+        **extra: Any,
+    ) -> bool:
+        """Queue one record in the open transaction; a full queue waits for deliveries.
+        An `optional` record (a dead letter) refused for itself, neither fatal nor abortable
+        (e.g. too large), is logged and skipped: returns False."""
+        while True:
+            try:
+                with self.watchdog.guard(f"{step} produce", self.budget_s, self.partitions):
+                    self.producer.produce(topic, key=key, value=value, **extra)
+                return True
+            except BufferError:
+                self.call(f"{step} produce (queue full)", lambda _: self.producer.poll(0.05))
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                kind = classify(error, deadline_passed=True)
+                if kind is ErrorClass.ABORTABLE:
+                    raise AbortableError(f"step {step}: {error}") from exc
+                if optional and not error.fatal():
+                    log.error(
+                        "step %s: %s refused a record (%d bytes), skipped: %s",
+                        step,
+                        topic,
+                        len(value),
+                        error,
+                    )
+                    return False
+                self.status = TxnStatus.FAILED
+                raise RejoinError(f"step {step}: {error}") from exc
+
+    def commit(self, offsets: list[TopicPartition], group_metadata: Callable[[], Any]) -> None:
+        """Steps 4-5 under one deadline: flush, send the offsets, commit."""
+        self.status = TxnStatus.COMMITTING
+        deadline = time.monotonic() + STEP_DEADLINE_S
+        self.call(f"{Step.OFFSETS} flush", self._flush, deadline)
+        if offsets:
+            metadata = group_metadata()
+            self.call(
+                f"{Step.OFFSETS} send_offsets",
+                lambda t: self.producer.send_offsets_to_transaction(offsets, metadata, t),
+                deadline,
+            )
+        self.call(Step.COMMIT, lambda t: self.producer.commit_transaction(t), deadline)
+        self.status = TxnStatus.NONE
+
+    def abort(self) -> None:
+        self.status = TxnStatus.ABORTING
+        try:
+            self.call("abort", lambda t: self.producer.abort_transaction(t))
+        except AbortableError as exc:  # abort cannot itself require an abort: treat as fatal
+            self.status = TxnStatus.FAILED
+            raise RejoinError(f"abort failed: {exc}") from exc
+        self.status = TxnStatus.NONE
+
+    def _flush(self, timeout_s: float) -> None:
+        remaining = self.producer.flush(timeout_s)
+        if remaining:
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, f"{remaining} undelivered", retriable=True)
+            )
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Best effort at shutdown: a fenced or failed producer is dropped, never flushed
+        (flushing a fenced producer raises, which used to turn a rejoin into an exit)."""
+        if self.status is TxnStatus.FAILED:
+            return
+        try:
+            with self.watchdog.guard("close producer", self.budget_s, self.partitions):
+                self.producer.flush(timeout_s)
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("flushing the producer at close failed (dropped): %s", exc)

@@ -1,0 +1,282 @@
+"""In-memory stand-ins for the Kafka clients, from the engine's `ClientFactory`, for fault tests.
+
+`FakeBroker` keeps committed logs and group offsets; a transaction's records and offsets become
+visible only at `commit_transaction`, as with read_committed. `Faults` arms one failure at a
+named step: a retriable, abortable, fatal or fencing error, a call that never returns (until
+the test releases it), or a crash of the whole process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+
+from engine.runtime.clients import DEAD_LETTER_MAX_BYTES, ConsumerLike, ProducerLike
+from engine.runtime.restore import RestoreReport, _store_write
+from engine.runtime.store import NO_OFFSET, LocalStore
+from engine.settings import Settings
+from engine.wire.partitioner import partition_for
+
+KINDS = ("retriable", "abortable", "fatal", "fenced", "hang")
+STEPS = ("A1", "A2", "begin", "produce", "flush", "offsets", "commit", "persist")
+
+
+class Crash(BaseException):
+    """The process dies here (kill -9): nothing below the raise runs, not even cleanup."""
+
+
+@dataclass
+class Faults:
+    step: str | None = None
+    kind: str | None = None
+    skip: int = 0  # calls of the step that pass before the fault fires
+    fired: int = 0
+    hung: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def hit(self, step: str) -> None:
+        if step != self.step or self.fired:
+            return
+        if self.skip:
+            self.skip -= 1
+            return
+        self.fired += 1
+        if self.kind == "crash":
+            raise Crash(step)
+        if self.kind == "hang":
+            self.hung.set()
+            self.release.wait()  # the watchdog's stand-in for os._exit releases it
+            raise KafkaException(KafkaError(KafkaError._FATAL, "released after a hang", fatal=True))
+        raise KafkaException(_error(self.kind or "fatal", step))
+
+
+def _error(kind: str, step: str) -> KafkaError:
+    if kind == "retriable":
+        return KafkaError(KafkaError._TIMED_OUT, f"injected at {step}", retriable=True)
+    if kind == "abortable":
+        return KafkaError(KafkaError._STATE, f"injected at {step}", txn_requires_abort=True)
+    if kind == "fenced":
+        return KafkaError(KafkaError._FENCED, f"injected at {step}", fatal=True)
+    return KafkaError(KafkaError._FATAL, f"injected at {step}", fatal=True)
+
+
+@dataclass
+class Record:
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+
+
+class FakeBroker:
+    def __init__(self, partitions: int, faults: Faults | None = None) -> None:
+        self.partitions = partitions
+        self.faults = faults or Faults()
+        self.logs: dict[str, list[list[Record]]] = {}
+        self.offsets: dict[tuple[str, int], int] = {}
+        self.epoch = 0
+        self.clients_created = 0
+        self.aborts = 0
+
+    def log(self, topic: str, partition: int) -> list[Record]:
+        return self.logs.setdefault(topic, [[] for _ in range(self.partitions)])[partition]
+
+    def append(self, topic: str, key: bytes, value: bytes, partition: int | None = None) -> None:
+        p = partition_for(key, self.partitions) if partition is None else partition
+        self.log(topic, p).append(Record(key, value, []))
+
+    def message(self, topic: str, partition: int, offset: int) -> Message:
+        record = self.log(topic, partition)[offset]
+        return Message(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            key=record.key,
+            value=record.value,
+            headers=list[tuple[str, str | bytes | None]](record.headers),
+        )
+
+
+class FakeProducer:
+    def __init__(self, broker: FakeBroker) -> None:
+        self.broker = broker
+        self.epoch = -1
+        self.queued: list[tuple[str, int, Record, Any]] = []
+        self.offsets: list[TopicPartition] = []
+
+    def _check(self, step: str) -> None:
+        try:
+            self.broker.faults.hit(step)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError._FENCED:
+                self.epoch = -2  # fenced for good: every later call fails too, flush included
+            raise
+        if self.epoch != self.broker.epoch:
+            raise KafkaException(
+                KafkaError(KafkaError._FENCED, "fenced by a newer epoch", fatal=True)
+            )
+
+    def init_transactions(self, timeout: float = -1) -> None:
+        self.broker.epoch += 1  # fences the previous producer of this id, aborts its txn
+        self.epoch = self.broker.epoch
+
+    def begin_transaction(self) -> None:
+        self._check("begin")
+        self.queued, self.offsets = [], []
+
+    def produce(
+        self,
+        topic: str,
+        *,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int = -1,
+        on_delivery: Any = None,
+        headers: Any = None,
+    ) -> None:
+        self._check("produce")
+        if len(value or b"") + len(key or b"") > DEAD_LETTER_MAX_BYTES:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "message too large"))
+        p = partition if partition >= 0 else partition_for(key or b"", self.broker.partitions)
+        self.queued.append((topic, p, Record(key, value or b"", list(headers or [])), on_delivery))
+
+    def poll(self, timeout: float = -1) -> int:
+        return 0
+
+    def flush(self, timeout: float = -1) -> int:
+        self._check("flush")
+        ends: dict[tuple[str, int], int] = {}
+        for topic, p, _, on_delivery in self.queued:
+            offset = ends.get((topic, p), len(self.broker.log(topic, p)))
+            ends[(topic, p)] = offset + 1
+            if on_delivery is not None:
+                on_delivery(None, Message(topic=topic, partition=p, offset=offset))
+        return 0
+
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1
+    ) -> None:
+        self._check("offsets")
+        self.offsets = list(positions)
+
+    def commit_transaction(self, timeout: float = -1) -> None:
+        self._check("commit")
+        for topic, p, record, _ in self.queued:
+            self.broker.log(topic, p).append(record)
+        for tp in self.offsets:
+            self.broker.offsets[(tp.topic, tp.partition)] = tp.offset
+        self.queued, self.offsets = [], []
+
+    def abort_transaction(self, timeout: float = -1) -> None:
+        self.broker.aborts += 1
+        self.queued, self.offsets = [], []
+
+
+class FakeConsumer:
+    """Subscribed to every partition of the inputs; the first consume assigns them all."""
+
+    def __init__(self, broker: FakeBroker, on_idle: Callable[[], None], batch: int) -> None:
+        self.broker = broker
+        self.on_idle = on_idle
+        self.batch = batch
+        self.topics: list[str] = []
+        self.callbacks: dict[str, Any] = {}
+        self.positions: dict[tuple[str, int], int] | None = None
+
+    def subscribe(
+        self, topics: list[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None
+    ) -> None:
+        self.topics = topics
+        self.callbacks = {"assign": on_assign}
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        if self.positions is None:
+            tps = [TopicPartition(t, p) for t in self.topics for p in range(self.broker.partitions)]
+            self.callbacks["assign"](self, tps)
+            self.positions = {
+                (tp.topic, tp.partition): max(
+                    0, self.broker.offsets.get((tp.topic, tp.partition), 0)
+                )
+                for tp in tps
+            }
+        out: list[Message] = []
+        for (topic, p), position in sorted(self.positions.items()):
+            log = self.broker.log(topic, p)
+            while position < len(log) and len(out) < min(num_messages, self.batch):
+                out.append(self.broker.message(topic, p, position))
+                position += 1
+            self.positions[(topic, p)] = position
+        if not out:
+            self.on_idle()
+        return out
+
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float = -1
+    ) -> list[TopicPartition]:
+        self.broker.faults.hit("A1")
+        return [
+            TopicPartition(
+                tp.topic, tp.partition, self.broker.offsets.get((tp.topic, tp.partition), -1001)
+            )
+            for tp in partitions
+        ]
+
+    def seek(self, partition: TopicPartition) -> None:
+        assert self.positions is not None
+        self.positions[(partition.topic, partition.partition)] = max(0, partition.offset)
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        return None
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, -1001) for tp in partitions]
+
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float = -1, cached: bool = False
+    ) -> tuple[int, int]:
+        return 0, len(self.broker.log(partition.topic, partition.partition))
+
+    def consumer_group_metadata(self) -> Any:
+        return object()
+
+    def close(self) -> None:
+        return None
+
+
+class FakeClients:
+    """The `ClientFactory` of the fault tests: every incarnation talks to the same broker."""
+
+    def __init__(self, broker: FakeBroker, batch: int = 4) -> None:
+        self.broker = broker
+        self.on_idle: Callable[[], None] = lambda: None  # the test stops the engine here
+        self.batch = batch
+
+    def producer(self, settings: Settings) -> ProducerLike:
+        self.broker.clients_created += 1
+        return FakeProducer(self.broker)
+
+    def consumer(self, settings: Settings) -> ConsumerLike:
+        return FakeConsumer(self.broker, lambda: self.on_idle(), self.batch)
+
+    def restore(
+        self, settings: Settings, stores: Mapping[int, LocalStore], progress: Callable[[], None]
+    ) -> list[RestoreReport]:
+        self.broker.faults.hit("A2")
+        reports = []
+        topic = settings.topics.changelog
+        for p, store in stores.items():
+            start = store.changelog_offset() + 1 if store.changelog_offset() != NO_OFFSET else 0
+            log = self.broker.log(topic, p)
+            writes = [
+                _store_write(record.key, self.broker.message(topic, p, offset))
+                for offset, record in enumerate(log)
+                if offset >= start and record.key is not None
+            ]
+            if writes:
+                store.apply(writes, len(log) - 1)
+            reports.append(RestoreReport(p, len(writes), 0.0, False))
+            progress()
+        return reports

@@ -1,0 +1,192 @@
+"""Fault injection without Kafka: every named step x every kind of failure (fakes.py).
+
+Each case runs the engine over a fixed workload, restarting it as a process manager would when
+it crashes, and checks the protocol's outcome (retry, abort and rewind, rejoin, watchdog) and
+that the committed decisions equal a pure replay of the inputs: each input answered exactly once.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.core.events import Decision
+from engine.runtime import engine as engine_module
+from engine.runtime.engine import Engine
+from engine.runtime.task import PartitionTask
+from engine.runtime.watchdog import Expired, Watchdog
+from engine.settings import Settings, load_settings
+from engine.wire import RecordType
+from tests.integration.engine_harness import CODEC, Seen
+from tests.integration.exactly_once import assert_exactly_once, workload
+from tests.unit.runtime.fakes import KINDS, STEPS, Crash, FakeBroker, FakeClients, Faults
+
+PARTITIONS = 2
+EVENTS = workload(12, seed=5)
+
+
+@pytest.fixture(autouse=True)
+def _no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine_module, "RETRY_S", 0.0)
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return load_settings(
+        environ={},
+        partitions=PARTITIONS,
+        state_dir=tmp_path / "state",
+        metrics_port=0,
+        commit_max_events=5,
+        commit_interval_ms=60_000,  # commits come from the batch size: no clock in these tests
+    )
+
+
+def _broker(settings: Settings, faults: Faults) -> FakeBroker:
+    broker = FakeBroker(PARTITIONS, faults)
+    for event in EVENTS:
+        broker.append(
+            settings.topics.topic_for(event), event.session_id.encode(), CODEC.encode(event)
+        )
+    return broker
+
+
+def _persist_hits(monkeypatch: pytest.MonkeyPatch, faults: Faults) -> None:
+    original = PartitionTask.persist
+
+    def persist(self: PartitionTask) -> None:
+        faults.hit("persist")
+        original(self)
+
+    monkeypatch.setattr(PartitionTask, "persist", persist)
+
+
+def _skip(step: str) -> int:
+    """A1 and A2 run once per assignment; other steps fail on their second call, when a
+    transaction has already committed and state exists."""
+    return 0 if step in ("A1", "A2") else 1
+
+
+def _done(broker: FakeBroker, settings: Settings) -> bool:
+    return all(
+        broker.offsets.get((t, p), 0) == len(broker.log(t, p))
+        for t in settings.topics.inputs
+        for p in range(PARTITIONS)
+    )
+
+
+def _run_until_done(
+    settings: Settings, broker: FakeBroker, watchdog: Watchdog | None = None
+) -> int:
+    """Run engine processes until every input is committed; returns how many ran."""
+    for incarnation in range(1, 6):
+        clients = FakeClients(broker)
+        engine = Engine(settings, clients=clients, watchdog=watchdog)
+        clients.on_idle = engine.stop
+        try:
+            engine.run()
+        except Crash:
+            continue  # the process died; the next one starts from what Kafka and disk hold
+        if _done(broker, settings):
+            return incarnation
+    raise AssertionError("inputs still uncommitted after 5 engine processes")
+
+
+def _check_replay(broker: FakeBroker, settings: Settings) -> None:
+    inputs = {}
+    for topic in settings.topics.inputs:
+        for p in range(PARTITIONS):
+            for offset, record in enumerate(broker.log(topic, p)):
+                kind = {
+                    settings.topics.intents: RecordType.INTENT,
+                    settings.topics.acks: RecordType.ACK,
+                }.get(topic, RecordType.RESUME)
+                inputs[f"{topic}/{p}/{offset}"] = (CODEC.decode(kind, record.value), offset)
+    seen = []
+    for p in range(PARTITIONS):
+        for offset, record in enumerate(broker.log(settings.topics.decisions, p)):
+            decision = CODEC.decode(RecordType.DECISION, record.value)
+            assert isinstance(decision, Decision)
+            source = dict(record.headers)["source"].decode()
+            seen.append(Seen(decision, source, p, offset))
+    assert_exactly_once(EVENTS, seen, inputs)  # type: ignore[arg-type]
+
+
+def test_no_fault_baseline(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    broker = _broker(settings, Faults())
+    assert _run_until_done(settings, broker) == 1
+    assert (broker.clients_created, broker.aborts) == (1, 0)
+    _check_replay(broker, settings)
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "hang"])
+@pytest.mark.parametrize("step", STEPS)
+def test_error_at_each_step(
+    step: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = _settings(tmp_path)
+    faults = Faults(step=step, kind=kind, skip=_skip(step))
+    broker = _broker(settings, faults)
+    _persist_hits(monkeypatch, faults)
+    _run_until_done(settings, broker)
+    assert faults.fired == 1, f"{step} was never reached"
+    transactional = step in ("begin", "produce", "flush", "offsets", "commit")
+    if kind == "abortable" and transactional:
+        assert broker.aborts >= 1, "an abortable error must abort and rewind"
+        assert broker.clients_created == 1, "an abortable error must not rejoin"
+    elif kind == "retriable" and step in ("begin", "flush", "offsets", "commit"):
+        assert (broker.clients_created, broker.aborts) == (1, 0), "retried in place"
+    else:  # fatal, fenced, anything at A1/A2/persist, a produce error: new clients, rejoin
+        assert broker.clients_created >= 2, "the engine must rejoin with new clients"
+    _check_replay(broker, settings)
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_call_that_never_returns_is_cut_by_the_watchdog(
+    step: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = _settings(tmp_path)
+    faults = Faults(step=step, kind="hang", skip=_skip(step))
+    broker = _broker(settings, faults)
+    _persist_hits(monkeypatch, faults)
+    now = [0.0]
+    reported: list[Expired] = []
+
+    def on_expired(expired: Expired) -> None:  # production: log stacks, os._exit(75)
+        reported.append(expired)
+        faults.release.set()
+
+    watchdog = Watchdog(clock=lambda: now[0], on_expired=on_expired)
+    runs: list[int] = []
+    thread = threading.Thread(
+        target=lambda: runs.append(_run_until_done(settings, broker, watchdog))
+    )
+    thread.start()
+    assert faults.hung.wait(60), f"{step} was never reached"
+    assert watchdog.check() is None, "nothing is late before the budget passes"
+    now[0] += 10_000.0
+    expired = watchdog.check()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert expired is not None
+    assert reported == [expired]
+    names = {"A1": "A1", "A2": "A2", "begin": "1", "produce": "2 produce", "flush": "4 flush"}
+    names |= {"offsets": "4 send_offsets", "commit": "5", "persist": "6"}
+    assert expired.step == names[step]
+    assert runs
+    assert broker.clients_created >= 2
+    _check_replay(broker, settings)
+
+
+def test_crash_between_step_5_and_step_6(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The changelog and offsets are committed, the local store is not: the next process
+    restores the difference (A2) and nothing is decided twice or lost."""
+    settings = _settings(tmp_path)
+    faults = Faults(step="persist", kind="crash", skip=1)
+    broker = _broker(settings, faults)
+    _persist_hits(monkeypatch, faults)
+    assert _run_until_done(settings, broker) == 2
+    assert faults.fired == 1
+    _check_replay(broker, settings)

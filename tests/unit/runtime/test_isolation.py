@@ -1,0 +1,111 @@
+"""No single input stops a partition (fake clients): a fold that raises, an event time of
+2^63-1, a 3 MB value and a 2.5 MB key each become one bounded dead letter, and every other
+input of the same partitions is answered exactly once, in the same engine process."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from engine.core import fold as fold_module
+from engine.core.events import AnswerSuffix, Decision, Event
+from engine.runtime import task as task_module
+from engine.settings import Settings
+from engine.wire import DeadLetter, DecodeReason, RecordType
+from engine.wire.dead_letter import EXCERPT_BYTES
+from tests.integration.engine_harness import CODEC
+from tests.unit.runtime.fakes import FakeBroker, Faults
+from tests.unit.runtime.test_faults import EVENTS, PARTITIONS, _broker, _run_until_done, _settings
+
+
+def _decided(broker: FakeBroker, settings: Settings) -> Counter[str]:
+    ids: Counter[str] = Counter()
+    for p in range(PARTITIONS):
+        for record in broker.log(settings.topics.decisions, p):
+            decision = CODEC.decode(RecordType.DECISION, record.value)
+            assert isinstance(decision, Decision)
+            ids[decision.decision_id] += 1
+    return ids
+
+
+def _letters(broker: FakeBroker, settings: Settings) -> list[DeadLetter]:
+    letters = []
+    for p in range(PARTITIONS):
+        for record in broker.log(settings.topics.dead_letters, p):
+            letter = CODEC.decode(RecordType.DEAD_LETTER, record.value)
+            assert isinstance(letter, DeadLetter)
+            letters.append(letter)
+    return letters
+
+
+def _assert_others_answered_once(broker: FakeBroker, settings: Settings, bad: set[str]) -> None:
+    decided = _decided(broker, settings)
+    # A parked input is answered twice (its first answer, then `/final`): count inputs, not ids.
+    answered = {decision_id.removesuffix(AnswerSuffix.FINAL) for decision_id in decided}
+    assert answered == {e.event_id for e in EVENTS} - bad
+    assert answered <= set(decided), "a /final answer without its first answer"
+    assert max(decided.values()) == 1
+    assert broker.clients_created == 1, "one process, no rejoin"
+    assert broker.aborts == 0
+
+
+def test_an_input_whose_fold_raises_is_dead_lettered_and_the_partition_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = _settings(tmp_path)
+    victim: Event = EVENTS[7]
+    real = fold_module.fold
+
+    def fold(state: object, event: Event, offset: int) -> object:
+        if event.event_id == victim.event_id:
+            raise OverflowError("lease arithmetic overflowed")
+        return real(state, event, offset)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(task_module, "fold", fold)
+    broker = _broker(settings, Faults())
+    assert _run_until_done(settings, broker) == 1
+    _assert_others_answered_once(broker, settings, {victim.event_id})
+    (letter,) = _letters(broker, settings)
+    assert letter.reason is DecodeReason.PROCESSING_FAILED
+    assert letter.detail.startswith("OverflowError: lease arithmetic")
+    assert letter.value == CODEC.encode(victim)
+
+
+def test_an_event_time_of_2_63_minus_1_is_refused_at_decode(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    victim = EVENTS[3].model_copy(update={"event_id": "far-future", "event_time_ms": 2**63 - 1})
+    broker = _broker(settings, Faults())
+    broker.append(
+        settings.topics.topic_for(victim), victim.session_id.encode(), CODEC.encode(victim)
+    )
+    assert _run_until_done(settings, broker) == 1
+    _assert_others_answered_once(broker, settings, set())
+    (letter,) = _letters(broker, settings)
+    assert letter.reason is DecodeReason.INVALID_FIELDS
+    assert "event_time_ms" in letter.detail
+
+
+def test_huge_records_get_a_bounded_dead_letter(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    broker = _broker(settings, Faults())
+    big_value = b"v" * 3_000_000
+    big_key = b"k" * 2_500_000
+    broker.append(settings.topics.intents, b"session-x", big_value, partition=0)
+    broker.append(settings.topics.acks, big_key, b"\x00", partition=1)
+    assert _run_until_done(settings, broker) == 1
+    _assert_others_answered_once(broker, settings, set())
+    letters = {letter.source_partition: letter for letter in _letters(broker, settings)}
+    value_letter, key_letter = letters[0], letters[1]
+    assert value_letter.truncated
+    assert value_letter.value == big_value[:EXCERPT_BYTES]
+    assert value_letter.value_length == len(big_value)
+    assert value_letter.value_sha256 == hashlib.sha256(big_value).hexdigest()
+    assert key_letter.truncated
+    assert key_letter.key == big_key[:EXCERPT_BYTES]
+    assert key_letter.key_length == len(big_key)
+    assert key_letter.key_sha256 == hashlib.sha256(big_key).hexdigest()
+    for letter in (value_letter, key_letter):
+        assert len(CODEC.encode(letter)) < 4 * EXCERPT_BYTES

@@ -1,0 +1,91 @@
+"""What an on-call engineer reads: zero-initialised counters, sessions by health from the local
+stores (also after a restore), and the structured operator log lines."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from engine import oplog
+from engine.core.events import Reason
+from engine.runtime.metrics import EngineMetrics
+from engine.runtime.store import LocalStore, StoreWrite
+from engine.runtime.task import HEALTH_HEADER, pending_header
+from engine.wire.errors import DecodeReason
+
+
+def _value(metrics: EngineMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_counters_have_a_zero_series_for_every_known_label_value() -> None:
+    metrics = EngineMetrics()
+    for reason in DecodeReason:
+        assert _value(metrics, "reconciler_dead_letters_total", reason=reason) == 0.0
+    for alert_reason in (Reason.AMBIGUOUS, Reason.GATE_VIOLATION, Reason.BINDING_MISMATCH):
+        assert _value(metrics, "reconciler_alerts_total", reason=alert_reason) == 0.0
+    assert _value(metrics, "reconciler_transaction_aborts_total", kind="abortable") == 0.0
+    assert _value(metrics, "reconciler_sessions_by_health", health="AMBIGUOUS") == 0.0
+
+
+class _Task:
+    def __init__(self, store: LocalStore) -> None:
+        self.store = store
+
+
+def test_sessions_by_health_counts_the_stores(tmp_path: Path) -> None:
+    one, two = LocalStore(tmp_path / "p0.db"), LocalStore(tmp_path / "p1.db")
+    one.apply([StoreWrite("a", b"x"), StoreWrite("b", b"x", health="AMBIGUOUS")], 1)
+    two.apply([StoreWrite("c", b"x", health="VIOLATED"), StoreWrite("d", b"x")], 1)
+    two.apply([StoreWrite("e", b"x", health="AMBIGUOUS")], 2)
+    metrics = EngineMetrics()
+    metrics.observe_sessions([_Task(one), _Task(two)])
+    assert _value(metrics, "reconciler_sessions") == 5
+    assert _value(metrics, "reconciler_sessions_by_health", health="AMBIGUOUS") == 2
+    assert _value(metrics, "reconciler_sessions_by_health", health="VIOLATED") == 1
+    assert _value(metrics, "reconciler_sessions_by_health", health="CLEAR") == 2
+    # A repair clears the session: the next write carries no health.
+    one.apply([StoreWrite("b", b"y")], 3)
+    metrics.observe_sessions([_Task(one), _Task(two)])
+    assert _value(metrics, "reconciler_sessions_by_health", health="AMBIGUOUS") == 1
+
+
+def test_health_rides_the_changelog_header_for_restore() -> None:
+    write = StoreWrite("s", b"x", "UNKNOWN", 7, "VIOLATED")
+    assert (HEALTH_HEADER, b"VIOLATED") in pending_header(write)
+    assert pending_header(StoreWrite("s", b"x")) == []
+
+
+def test_a_store_made_before_the_health_column_gains_it(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, state BLOB NOT NULL,"
+        " pending_status TEXT, pending_since_ms INTEGER);"
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+        "INSERT INTO sessions VALUES ('old', x'00', NULL, NULL);"
+    )
+    db.commit()
+    db.close()
+    store = LocalStore(path)
+    store.apply([StoreWrite("new", b"x", health="AMBIGUOUS")], 1)
+    assert store.count() == 2
+    assert store.health_summary() == {"AMBIGUOUS": 1}
+
+
+def test_ops_lines_are_one_line_text_or_json(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger=oplog.LOGGER):
+        oplog.emit("dead_letter", session="s 1", reason="BAD_MAGIC", source="t/0/17")
+    (record,) = caplog.records
+    assert record.getMessage() == 'dead_letter session="s 1" reason=BAD_MAGIC source=t/0/17'
+    line = oplog.JsonFormatter().format(record)
+    assert "\n" not in line
+    parsed = json.loads(line)
+    assert parsed["event"] == "dead_letter"
+    assert parsed["session"] == "s 1"
+    assert parsed["source"] == "t/0/17"
+    assert parsed["level"] == "WARNING"
