@@ -129,7 +129,7 @@ class World:
     ids: int = 0
     batches: int = 0
     runners: int = 0
-    sequence: int = 0
+    sequence: int = -1  # the last write sequence published (-1: none), as the client counts
     live: Runner | None = None
     stopped: bool = False
     state: SessionState | None = None

@@ -133,6 +133,9 @@ def check_world(program: list[Op], store_acks: bool) -> World:
         assert landed or (world.stopped and alerted), f"batch {k} lost without an alert"
     # The same inputs in other interleavings: safe on every step, same final answers.
     baseline = _final_answers(_refold(world.log))
+    # Every resume got a final answer (nothing left DEFERRED).
+    resumes = [i.event.event_id for i in world.log if i.topic is Topic.RESUMES]
+    assert all(baseline[r][0] != "DEFERRED" for r in resumes), "a resume never got a final answer"
     assert baseline == _final_answers(world.decisions)
     same, safe_only = _orders(world.log)
     for order in same:
