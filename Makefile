@@ -79,4 +79,4 @@ broker-stop:
 	$(PY) tools/kafka_local.py stop --instance dev
 
 clean: broker-stop
-	rm -rf $(VENV) .kafka .mypy_cache .ruff_cache .pytest_cache .hypothesis examples/java-runner/target
+	rm -rf $(VENV) .kafka .registry .mypy_cache .ruff_cache .pytest_cache .hypothesis examples/java-runner/target

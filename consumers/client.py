@@ -47,8 +47,9 @@ from engine.core.events import (
     IntentKind,
     PendingRecord,
 )
-from engine.wire import Codec, DecodeError, RecordType, WireModel
+from engine.wire import DecodeError, RecordType, WireModel
 from engine.wire.partitioner import partition_for
+from engine.wire.registry import codec_for
 from engine.wire.topics import TopicNames
 
 Clock = Callable[[], int]
@@ -137,11 +138,14 @@ class ReconcilerClient:
         kafka_config: Mapping[str, Any] | None = None,
         delivery_timeout_s: float = 10.0,
         clock: Clock = wall_clock_ms,
+        schema_registry_url: str | None = None,
     ) -> None:
         self.runner_id = runner_id
         self.topics = TopicNames(prefix=topic_prefix)
         self.clock = clock
-        self._codec = Codec()
+        # With a registry, records are written in its framing (and registered under the record
+        # name subject); the engine reads both framings.
+        self._codec = codec_for(schema_registry_url, write_registry=True)
         self._delivery_timeout_s = delivery_timeout_s
         common: dict[str, Any] = {"bootstrap.servers": bootstrap_servers}
         common.update(kafka_config or {})

@@ -120,6 +120,7 @@ def _run(args: argparse.Namespace) -> int:
         ("--state-dir", args.state_dir),
         ("--metrics-port", args.metrics_port),
         ("--log-format", args.log_format),
+        ("--schema-registry-url", args.schema_registry_url),
     ):
         if value is not None:
             command += [flag, str(value)]
@@ -137,6 +138,7 @@ def _run_settings(args: argparse.Namespace) -> Settings:
         state_dir=args.state_dir,
         metrics_port=args.metrics_port,
         log_format=args.log_format,
+        schema_registry_url=args.schema_registry_url,
     )
 
 
@@ -237,6 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz")
     run.add_argument(
         "--log-format", choices=["text", "json"], help="json: one JSON object per log line"
+    )
+    run.add_argument(
+        "--schema-registry-url",
+        help="Confluent-compatible registry: also accept registry-framed inputs",
     )
     # The supervisor starts the engine itself with --child; users never pass it.
     run.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

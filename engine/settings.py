@@ -55,6 +55,9 @@ class Settings(BaseModel):
     restart_backoff_max_s: float = Field(default=30.0, ge=0.0, le=600.0)
     # "json": every log line is one JSON object (engine/oplog.py); "text": plain lines.
     log_format: Literal["text", "json"] = "text"
+    # Confluent-compatible Schema Registry: inputs framed with its 5-byte header (magic 00 +
+    # schema id) are decoded next to single-object ones. Empty: single-object only.
+    schema_registry_url: str | None = None
     kafka: dict[str, str] = Field(default_factory=dict)
 
     @property

@@ -42,6 +42,7 @@ from engine.runtime.watchdog import Watchdog
 from engine.settings import Settings
 from engine.wire import Codec
 from engine.wire.dead_letter import EXCERPT_BYTES
+from engine.wire.registry import codec_for
 
 log = logging.getLogger("reconciler.engine")
 SESSION_LOG_CHARS = 200  # a dead letter's key is untrusted input: bounded in the log line
@@ -96,7 +97,7 @@ class Engine:
     ) -> None:
         self.settings = settings
         self.topics = settings.topics
-        self.codec = codec or Codec()
+        self.codec = codec or codec_for(settings.schema_registry_url, write_registry=False)
         self.metrics = metrics or EngineMetrics()
         self.factory: ClientFactory = clients or KafkaClients()
         self.watchdog = watchdog or Watchdog()

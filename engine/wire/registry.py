@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.wire.errors import DecodeError, DecodeReason, WireError
-from engine.wire.framing import CONFLUENT_HEADER_SIZE, CONFLUENT_MAGIC
+from engine.wire.framing import (
+    CONFLUENT_HEADER_SIZE,
+    CONFLUENT_MAGIC,
+    Framing,
+    SingleObjectFraming,
+)
 from engine.wire.policy import POLICY
-from engine.wire.schema_store import SchemaStore, ShippedSchema
+from engine.wire.schema_store import SHIPPED_SCHEMAS, SchemaStore, ShippedSchema
+
+if TYPE_CHECKING:
+    from engine.wire.codec import Codec
 
 
 class RegistryUnavailableError(WireError):
@@ -31,7 +39,7 @@ class RegistryFraming:
 
     ``client`` is a ``confluent_kafka.schema_registry.SchemaRegistryClient``; build one with
     `RegistryFraming.from_url` (``mock://...`` URLs give the library's in-memory mock, which is
-    what the tests use: no real registry runs here).
+    what the unit tests use; tests/integration/test_schema_registry.py runs a real one).
     """
 
     def __init__(self, store: SchemaStore, client: Any, *, register: bool = True) -> None:
@@ -130,3 +138,35 @@ class RegistryFraming:
                 "only schemas from this release's schemas/ folder are accepted",
             )
         return writer
+
+
+class MixedFraming:
+    """Reads both framings, so single-object and registry-framed producers can share topics
+    (the first byte tells them apart: 00 is Confluent's magic, C3 starts single-object), and
+    writes one of them: registry framing for a runner configured with a registry, single-object
+    for the engine's own records (decisions, dead letters), which every runner can read."""
+
+    def __init__(self, single: Framing, registry: RegistryFraming, *, write_registry: bool) -> None:
+        self._single = single
+        self._registry = registry
+        self._writer: Framing = registry if write_registry else single
+
+    def header_for(self, schema: ShippedSchema) -> bytes:
+        return self._writer.header_for(schema)
+
+    def split(self, data: bytes) -> tuple[ShippedSchema, memoryview]:
+        reader: Framing = self._registry if data[:1] == CONFLUENT_MAGIC else self._single
+        return reader.split(data)
+
+
+def codec_for(registry_url: str | None, *, write_registry: bool) -> Codec:
+    """The codec of `reconciler run` (write_registry=False) or of a runner client
+    (write_registry=True): single-object only without a registry URL."""
+    from engine.wire.codec import Codec
+
+    if not registry_url:
+        return Codec()
+    store = SHIPPED_SCHEMAS
+    registry = RegistryFraming.from_url(store, registry_url)
+    framing = MixedFraming(SingleObjectFraming(store), registry, write_registry=write_registry)
+    return Codec(framing=framing, store=store)

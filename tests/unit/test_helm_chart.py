@@ -138,7 +138,10 @@ def test_sasl_credentials_come_from_the_named_secret(all_on: list[Manifest]) -> 
         "RECONCILER_KAFKA__SASL_PASSWORD": {"name": "reconciler-kafka", "key": "password"},
     }
     secrets = {"reconciler-kafka": {"username": "engine", "password": "s3cret"}}
-    kafka = load_settings(None, engine_env(all_on, secrets)).kafka
+    settings = load_settings(None, engine_env(all_on, secrets))
+    assert settings.schema_registry_url == "http://registry.agents.svc:8080/apis/ccompat/v7"
+    assert settings.log_format == "json"
+    kafka = settings.kafka
     assert kafka["sasl.mechanism"] == "SCRAM-SHA-512"
     assert kafka["sasl.password"] == "s3cret"
     assert "s3cret" not in json.dumps(all_on)
