@@ -152,9 +152,11 @@ class MixedFraming:
         self._writer: Framing = registry if write_registry else single
 
     def header_for(self, schema: ShippedSchema) -> bytes:
+        """The header of the framing this side writes."""
         return self._writer.header_for(schema)
 
     def split(self, data: bytes) -> tuple[ShippedSchema, memoryview]:
+        """The writer schema and the body, by whichever framing the first byte names."""
         reader: Framing = self._registry if data[:1] == CONFLUENT_MAGIC else self._single
         return reader.split(data)
 
