@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-deploy test-fast lint typecheck broker-start broker-stop demo soak bench java-runner clean
+.PHONY: setup run test test-deploy test-fast lint typecheck broker-start broker-stop demo soak soak-core bench java-runner clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"' \
@@ -29,9 +29,17 @@ demo: setup
 	$(PY) tools/kafka_local.py start --instance dev
 	$(VENV)/bin/reconciler demo --embedded-engine --bootstrap-servers $(BOOTSTRAP)
 
-## soak: the kill -9 loop with many kills (figures for the notes; not part of make test).
+## soak: 100 kill -9s of the engine and 20 broker restarts, each under load, then the
+## exactly-once check (figures for the notes; not part of make test). KILLS=, RESTARTS= override.
 soak: setup
-	RECONCILER_SOAK_KILLS=$${KILLS:-100} bash tools/test.sh -m kafka tests/integration/test_engine_crash.py -q
+	RECONCILER_SOAK_KILLS=$${KILLS:-100} RECONCILER_SOAK_RESTARTS=$${RESTARTS:-20} bash tools/test.sh \
+		-m kafka tests/integration/test_engine_crash.py \
+		"tests/integration/test_engine_resilience.py::test_broker_restart_under_load" -q -s
+
+## soak-core: the lifecycle property over 100,000 random examples (no broker; figures for the notes).
+soak-core: setup
+	LIFECYCLE_SOAK=1 LIFECYCLE_EXAMPLES=$${EXAMPLES:-100000} $(VENV)/bin/pytest -q -p no:cacheprovider --timeout=0 \
+		--hypothesis-show-statistics tests/unit/core/test_lifecycle.py
 
 ## bench: throughput, latency and restore figures against the local broker (not a test).
 bench: setup

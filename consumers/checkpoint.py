@@ -23,6 +23,9 @@ CHECKPOINT_FORMAT: Final[CheckpointFormat] = "reconciler-checkpoint/1"
 
 
 class Checkpoint(BaseModel):
+    """What a runner saves instead of the bare RunState JSON: the run state plus the ids the
+    reconciler needs on restore (checkpoint id, write sequence, the pending write's intent id)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     format: CheckpointFormat = CHECKPOINT_FORMAT
@@ -33,8 +36,10 @@ class Checkpoint(BaseModel):
     run_state: dict[str, Any]
 
     def to_json(self) -> str:
+        """The checkpoint as JSON text, for the runner's checkpoint store."""
         return self.model_dump_json()
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Checkpoint:
+        """Parse a checkpoint saved with `to_json` (pydantic's ValidationError if it is not one)."""
         return cls.model_validate_json(text)

@@ -64,10 +64,12 @@ _LEADER_MOVING = (
 
 
 def wall_clock_ms() -> int:
+    """The default `Clock`: wall-clock milliseconds since the Unix epoch."""
     return time.time_ns() // 1_000_000
 
 
 def new_id() -> str:
+    """A fresh random id (32 hex characters) for events and intents."""
     return uuid.uuid4().hex
 
 
@@ -88,9 +90,11 @@ class ReconcilerApi(Protocol):
         fence_token: int | None = None,
         intent_id: str | None = None,
         kind: IntentKind = IntentKind.REGISTER,
-        persisted_count: int = 0,
+        persisted_count: int | None = None,
         tools_ran: bool = False,
-    ) -> str: ...
+    ) -> str:
+        """Durably register a pending write before the Session is touched; its intent id."""
+        ...
 
     def acknowledge(
         self,
@@ -101,7 +105,9 @@ class ReconcilerApi(Protocol):
         fence_token: int | None = None,
         ignore_ids: bool = False,
         observed_tail: Sequence[Mapping[str, Any]] | None = None,
-    ) -> None: ...
+    ) -> None:
+        """Report the outcome of the append of ``intent_id`` durably."""
+        ...
 
     def resume(
         self,
@@ -114,7 +120,10 @@ class ReconcilerApi(Protocol):
         observed_tail: Sequence[Mapping[str, Any]],
         timeout_s: float = 15.0,
         request_id: str | None = None,
-    ) -> ResumeOutcome: ...
+        checkpoint_session_id: str | None = None,
+    ) -> ResumeOutcome:
+        """Ask for continuation authority after a restore; the final answer, typed."""
+        ...
 
 
 class ReconcilerClient:
@@ -205,7 +214,7 @@ class ReconcilerClient:
         fence_token: int | None = None,
         intent_id: str | None = None,
         kind: IntentKind = IntentKind.REGISTER,
-        persisted_count: int = 0,
+        persisted_count: int | None = None,
         tools_ran: bool = False,
     ) -> str:
         """Register a pending write before the append; returns its intent id once durable."""
@@ -266,6 +275,7 @@ class ReconcilerClient:
         observed_tail: Sequence[Mapping[str, Any]],
         timeout_s: float = 15.0,
         request_id: str | None = None,
+        checkpoint_session_id: str | None = None,
     ) -> ResumeOutcome:
         """Ask for continuation authority and return the engine's final answer.
 
@@ -282,6 +292,7 @@ class ReconcilerClient:
             pending=pending,
             observed_tail=observed_tail,
             checkpoint_sequence=checkpoint_sequence,
+            checkpoint_session_id=checkpoint_session_id,
         )
         started = time.monotonic()
         decision = self.submit(request, timeout_s=timeout_s)
@@ -365,6 +376,7 @@ class ReconcilerClient:
                 return decision
 
     def close(self) -> None:
+        """Flush what is still being produced and close both Kafka clients (idempotent)."""
         if self._closed:
             return
         self._closed = True
@@ -385,13 +397,17 @@ class AsyncReconcilerClient:
         self.sync = client
 
     async def register_intent(self, **kwargs: Any) -> str:
+        """`ReconcilerClient.register_intent` in a worker thread."""
         return await asyncio.to_thread(lambda: self.sync.register_intent(**kwargs))
 
     async def acknowledge(self, **kwargs: Any) -> None:
+        """`ReconcilerClient.acknowledge` in a worker thread."""
         await asyncio.to_thread(lambda: self.sync.acknowledge(**kwargs))
 
     async def resume(self, **kwargs: Any) -> ResumeOutcome:
+        """`ReconcilerClient.resume` in a worker thread."""
         return await asyncio.to_thread(lambda: self.sync.resume(**kwargs))
 
     async def close(self) -> None:
+        """`ReconcilerClient.close` in a worker thread."""
         await asyncio.to_thread(self.sync.close)

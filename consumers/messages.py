@@ -36,7 +36,7 @@ def intent_event(
     before_tail: Sequence[Item] | None,
     sequence: int,
     fence_token: int | None = None,
-    persisted_count: int = 0,
+    persisted_count: int | None = None,
     kind: IntentKind = IntentKind.REGISTER,
     tools_ran: bool = False,
 ) -> IntentEvent:
@@ -99,6 +99,7 @@ def resume_event(
     pending: PendingRecord | None,
     observed_tail: Sequence[Item],
     checkpoint_sequence: int,
+    checkpoint_session_id: str | None = None,
 ) -> ResumeEvent:
     """A resume request; ``observed_tail`` is what the runner just reread from the Session."""
     return ResumeEvent(
@@ -111,6 +112,7 @@ def resume_event(
         pending=pending,
         observed_tail=digests(observed_tail, ignore_ids=binding.ignore_ids),
         checkpoint_sequence=checkpoint_sequence,
+        checkpoint_session_id=checkpoint_session_id,
     )
 
 

@@ -18,27 +18,38 @@ from engine.core.events import Decision, Fence, Reason, Verdict
 
 @dataclass(frozen=True, slots=True)
 class ContinueWithoutReplay:
+    """The pending batch is already in the Session (or there was none): continue, never
+    append it again. ``fence_token`` is the grant's token (None when the engine gave none)."""
+
     decision: Decision
     fence_token: int | None
 
     @property
     def reason(self) -> Reason:
+        """The engine's reason code for the grant."""
         return self.decision.reason
 
 
 @dataclass(frozen=True, slots=True)
 class AppendOnce:
+    """The batch is absent: append it exactly once carrying ``fence_token``; ``store_enforced``
+    says whether the store itself refuses a stale token."""
+
     decision: Decision
     fence_token: int
     store_enforced: bool
 
     @property
     def reason(self) -> Reason:
+        """The engine's reason code for the grant."""
         return self.decision.reason
 
 
 @dataclass(frozen=True, slots=True)
 class Withheld:
+    """No authority: stop. ``reason`` says why, ``holder`` who holds the session (if anyone),
+    ``operator_action`` what a person should do."""
+
     decision: Decision
     reason: Reason
     holder: str | None

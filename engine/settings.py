@@ -49,6 +49,8 @@ class Settings(BaseModel):
     # completed loop iteration (the chart's liveness probe is derived from the same value).
     watchdog_margin_s: float = Field(default=30.0, ge=1.0, le=600.0)
     liveness_timeout_s: float = Field(default=60.0, ge=1.0, le=3_600.0)
+    # Decoded committed states kept in memory, all tasks together (estimated bytes, LRU).
+    read_cache_mb: int = Field(default=256, ge=1, le=65_536)
     # `reconciler run` restarts a dead engine after 0.5 s, doubling per quick failure up to this.
     restart_backoff_max_s: float = Field(default=30.0, ge=0.0, le=600.0)
     # "json": every log line is one JSON object (engine/oplog.py); "text": plain lines.

@@ -35,15 +35,17 @@ from engine.core.events import (
     RepairEvent,
     RepairResolution,
     ResumeEvent,
+    RunnerAction,
     TrailEntry,
     Verdict,
 )
 from engine.core.state import Health, IntentSlot, ParkedResume, SessionState, SlotStatus
 from engine.wire import POLICY, SHIPPED_SCHEMAS, Codec, DeadLetter, DecodeReason, RecordType
-from engine.wire.codec import UNRECOGNIZED_SYMBOL, WireModel
+from engine.wire.codec import UNRECOGNIZED_SYMBOL, WireModel, fields_of
 from engine.wire.framing import SINGLE_OBJECT_HEADER_SIZE
 
 CORPUS = Path("tests/fixtures/wire")
+NEGATIVE_WRITER_VERSION = 1
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, event time of every sample
 
 
@@ -112,6 +114,7 @@ SAMPLES: dict[RecordType, dict[str, Callable[[], WireModel]]] = {
             intent_id="in-1",
             runner_id="runner-a",
             binding=BINDING_MIN,
+            persisted_count=0,  # the v1 default (v2: null, unknown)
             sequence=0,
         ),
         "full": lambda: IntentEvent(
@@ -288,6 +291,45 @@ SAMPLES: dict[RecordType, dict[str, Callable[[], WireModel]]] = {
 }
 
 
+def upgrade(record_type: RecordType, variant: str, model: WireModel, version: int) -> WireModel:
+    """The ``full`` sample of a version sets the fields that version added (v1 samples stay)."""
+    if variant != "full" or version < 2:
+        return model
+    unstable = {"items_digest_stable": False}
+    if isinstance(model, IntentEvent):
+        return model.model_copy(update={"binding": model.binding.model_copy(update=unstable)})
+    if isinstance(model, ResumeEvent):
+        return _resume_v2(model)
+    if isinstance(model, Decision):
+        return model.model_copy(
+            update={"runner_action": RunnerAction.STOP, "reason": Reason.HISTORY_CHANGED}
+        )
+    if isinstance(model, SessionState) and model.binding is not None:
+        parked = [
+            p.model_copy(update={"resume": _resume_v2(p.resume)}) for p in model.parked_resumes
+        ]
+        return model.model_copy(
+            update={
+                "binding": model.binding.model_copy(update=unstable),
+                "health_reason": Reason.DIGEST_UNSTABLE,
+                "parked_resumes": parked,
+                "parked_intents": [
+                    upgrade(
+                        RecordType.INTENT, "full", SAMPLES[RecordType.INTENT]["full"](), version
+                    )
+                ],
+            }
+        )
+    return model
+
+
+def _resume_v2(resume: ResumeEvent) -> ResumeEvent:
+    binding = resume.binding.model_copy(update={"items_digest_stable": False})
+    return resume.model_copy(
+        update={"binding": binding, "checkpoint_session_id": resume.session_id}
+    )
+
+
 def positive_fixtures() -> dict[Path, bytes]:
     """Every (type, version, variant) example as .avro and .json contents."""
     codec = Codec()
@@ -295,15 +337,15 @@ def positive_fixtures() -> dict[Path, bytes]:
     for record_type, policy in POLICY.items():
         for version in policy.supported:
             for variant, build in SAMPLES[record_type].items():
-                model = build()
+                model = upgrade(record_type, variant, build(), version)
                 folder = CORPUS / record_type.value / f"v{version}"
                 files[folder / f"{variant}.avro"] = codec.encode(model, version=version)
-                # What that version's writer could say: fields added later are left out.
-                known = {
-                    field["name"]
-                    for field in SHIPPED_SCHEMAS.get(record_type, version).source["fields"]
-                }
-                text = model.model_dump_json(indent=2, include=known) + "\n"
+                if version == policy.current:
+                    text = model.model_dump_json(indent=2) + "\n"
+                else:  # frozen: only the fields that version knows (the rest read as defaults)
+                    schema = SHIPPED_SCHEMAS.get(record_type, version)
+                    known = fields_of(schema, model.model_dump(mode="json"))
+                    text = json.dumps(known, indent=2, ensure_ascii=False) + "\n"
                 files[folder / f"{variant}.json"] = text.encode()
     return files
 
@@ -311,9 +353,10 @@ def positive_fixtures() -> dict[Path, bytes]:
 def negative_fixtures() -> tuple[dict[Path, bytes], dict[str, dict[str, str]]]:
     """Broken records and the reason code the decoder must give for each."""
     codec = Codec()
-    full = codec.encode(SAMPLES[RecordType.INTENT]["full"]())
-    intent = SHIPPED_SCHEMAS.current(RecordType.INTENT)
-    raw = SAMPLES[RecordType.INTENT]["full"]().model_dump(mode="python")
+    # The negatives were written by intent v1 and are frozen: they stay v1 records.
+    intent = SHIPPED_SCHEMAS.get(RecordType.INTENT, NEGATIVE_WRITER_VERSION)
+    full = codec.encode(SAMPLES[RecordType.INTENT]["full"](), version=NEGATIVE_WRITER_VERSION)
+    raw = fields_of(intent, SAMPLES[RecordType.INTENT]["full"]().model_dump(mode="python"))
     wrong_fp = bytearray(full)
     wrong_fp[2] ^= 0xFF
     cases: dict[str, tuple[bytes, RecordType, DecodeReason]] = {
@@ -350,7 +393,9 @@ def negative_fixtures() -> tuple[dict[Path, bytes], dict[str, dict[str, str]]]:
         ),
         "type_confusion_ack_body": (
             full[:SINGLE_OBJECT_HEADER_SIZE]
-            + codec.encode(SAMPLES[RecordType.ACK]["full"]())[SINGLE_OBJECT_HEADER_SIZE:],
+            + codec.encode(SAMPLES[RecordType.ACK]["full"](), version=NEGATIVE_WRITER_VERSION)[
+                SINGLE_OBJECT_HEADER_SIZE:
+            ],
             RecordType.INTENT,
             DecodeReason.TRUNCATED,  # the shorter ack body runs out under the intent schema
         ),
@@ -376,7 +421,7 @@ def negative_fixtures() -> tuple[dict[Path, bytes], dict[str, dict[str, str]]]:
 
 def _with_enum_index(codec: Codec, raw: dict[str, object]) -> bytes:
     """The full intent with its `kind` enum index (first byte after 3 strings) set to 99."""
-    schema = SHIPPED_SCHEMAS.current(RecordType.INTENT)
+    schema = SHIPPED_SCHEMAS.get(RecordType.INTENT, NEGATIVE_WRITER_VERSION)
     body = bytearray(codec.encode_record(schema, raw)[SINGLE_OBJECT_HEADER_SIZE:])
     offset = 0
     for _ in range(2):  # event_id, session_id: zigzag length then bytes (short strings)

@@ -86,6 +86,9 @@ class FencedSQLiteSession(SQLiteSession):
         self.fence_token = token
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` in one SQLite transaction that first checks this session's fence token;
+        `StaleFenceError` when the store holds a newer one, `StoreRolledBackError` when the
+        transaction failed before COMMIT (nothing of the batch was written)."""
         self._check_not_closed()
         if not items:
             return

@@ -56,9 +56,20 @@ def pending_of(checkpoint: Checkpoint, *, ignore_ids: bool) -> PendingRecord | N
         )
     except SdkCheckpointError as exc:
         raise refuse(exc.detail) from exc
-    # The wrapper registers intents at add_items time, when the SDK's persisted count is not
-    # visible; both sides send 0 (the SDK restores its own counter on settle).
-    return record.model_copy(update={"persisted_count": 0})
+    # The real counter: the engine compares it with the intent's whenever the intent knew it.
+    return record
+
+
+def checkpoint_schema_version(checkpoint: Checkpoint) -> str:
+    """The RunState schema label the checkpoint was written under (part of the binding)."""
+    label = checkpoint.run_state.get("$schemaVersion")
+    if not isinstance(label, str):
+        raise CheckpointError(
+            "its RunState carries no $schemaVersion label",
+            session_id=checkpoint.session_id,
+            checkpoint_id=checkpoint.checkpoint_id,
+        )
+    return label
 
 
 async def resume_from_checkpoint(
@@ -74,15 +85,19 @@ async def resume_from_checkpoint(
     pending = pending_of(checkpoint, ignore_ids=session.binding.ignore_ids)
     limit = tail_limit(pending)
     tail = await session.inner.get_items(limit=limit) if limit else []
+    binding = session.binding.model_copy(
+        update={"checkpoint_schema_version": checkpoint_schema_version(checkpoint)}
+    )
     outcome = await asyncio.to_thread(
         lambda: session.client.resume(
             session_id=session.session_id,
-            binding=session.binding,
+            binding=binding,
             checkpoint_id=checkpoint.checkpoint_id,
             checkpoint_sequence=checkpoint.sequence,
             pending=pending,
             observed_tail=tail,
             timeout_s=timeout_s,
+            checkpoint_session_id=checkpoint.session_id,
         )
     )
     await asyncio.to_thread(session.adopt, outcome, checkpoint)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from agents.items import TResponseInputItem
 from agents.memory import OpenAIConversationsSession
 from agents.memory.session import Session, SessionABC
+from agents.run_state import CURRENT_SCHEMA_VERSION
 
 from consumers.checkpoint import Checkpoint
 from consumers.client import ReconcilerApi
@@ -89,6 +90,13 @@ class ReconciledSession(SessionABC):
             store_enforces_fence=bool(getattr(inner, "store_enforces_fence", False)),
             # Conversations splits an append into requests of 20 items: prefixes can land.
             chunk_size=CONVERSATIONS_CHUNK if conversations else None,
+            # The label this SDK writes into every checkpoint it saves.
+            checkpoint_schema_version=CURRENT_SCHEMA_VERSION,
+            # Conversations stores what the server makes of an item (ids, status): its stored
+            # items need not digest like the appended ones. Other stores may say so themselves.
+            items_digest_stable=(
+                not conversations and bool(getattr(inner, "items_digest_stable", True))
+            ),
         )
         self.sequence = -1
         self.fence_token: int | None = None
@@ -104,9 +112,12 @@ class ReconciledSession(SessionABC):
     # --- the Session protocol ------------------------------------------------------------
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The wrapped Session's items (reads need no authority)."""
         return await self.inner.get_items(limit)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Register a durable intent, append through the wrapped Session, then acknowledge the
+        outcome (COMMITTED, NOT_WRITTEN or UNKNOWN). Refused without continuation authority."""
         if not items:
             await self.inner.add_items(items)
             return
@@ -153,9 +164,11 @@ class ReconciledSession(SessionABC):
         self.open_intent_id = None
 
     async def pop_item(self) -> TResponseInputItem | None:
+        """Remove and return the wrapped Session's last item (passed through, not reconciled)."""
         return await self.inner.pop_item()
 
     async def clear_session(self) -> None:
+        """Clear the wrapped Session (not reconciled)."""
         await self.inner.clear_session()
 
     # --- reconciler side -----------------------------------------------------------------
@@ -202,7 +215,7 @@ class ReconciledSession(SessionABC):
         record = run_state.get(PENDING_WRITE_KEY)
         pending = self.open_intent_id if record is not None else None
         if record is not None and record.get("held") is True:
-            pending = self._register_held(record["items"])
+            pending = self._register_held(record["items"], record["persisted_count"])
         elif self._held is not None:
             self._discard_held()
         return Checkpoint(
@@ -213,7 +226,7 @@ class ReconciledSession(SessionABC):
             run_state=run_state,
         )
 
-    def _register_held(self, items: list[dict[str, Any]]) -> str:
+    def _register_held(self, items: list[dict[str, Any]], persisted_count: int) -> str:
         held_digests = digests(items, ignore_ids=self.binding.ignore_ids)
         if self._held is not None and self._held[1] == held_digests:
             return self._held[0]  # already registered (a second checkpoint of the same park)
@@ -227,6 +240,7 @@ class ReconciledSession(SessionABC):
             sequence=sequence,
             fence_token=self.fence_token,
             kind=IntentKind.HELD,
+            persisted_count=persisted_count,
         )
         self.sequence = sequence
         self._held = (intent_id, held_digests)

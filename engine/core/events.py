@@ -36,7 +36,10 @@ class Binding(_Frozen):
     ``store_enforces_fence`` says whether the backend adapter rejects appends carrying a stale
     fence token (then an append grant is STORE_ENFORCED) or not (ADVISORY). ``chunk_size`` is set
     for backends that split one append into several requests (OpenAI Conversations: 20), which
-    enables the chunk-prefix partial-commit rule.
+    enables the chunk-prefix partial-commit rule. ``items_digest_stable`` says a stored item
+    digests exactly like the item that was appended (false for backends that add fields or
+    normalise ids): without it, a tail that merely looks unchanged is no evidence that the batch
+    is absent, so the engine never grants APPEND_ONCE on digests alone.
     """
 
     backend_id: str
@@ -46,6 +49,7 @@ class Binding(_Frozen):
     checkpoint_schema_version: str = "1.21"
     store_enforces_fence: bool = False
     chunk_size: int | None = None
+    items_digest_stable: bool = True
 
 
 class ItemFacts(_Frozen):
@@ -58,7 +62,7 @@ class ItemFacts(_Frozen):
 
 class IntentKind(StrEnum):
     REGISTER = "REGISTER"  # an ordinary pending write, published before the append
-    HELD = "HELD"  # a held batch (seed 003): registered, must not reach the Session yet
+    HELD = "HELD"  # a held batch: registered, must not reach the Session yet
     RELEASE = "RELEASE"  # the held batch settles: becomes an ordinary pending write
     DISCARD = "DISCARD"  # the held batch is dropped without a settle
 
@@ -71,7 +75,10 @@ class IntentEvent(_Frozen):
     ``before`` is the digests of the tail read right before the append (None: the append has not
     started; always None for HELD). ``items`` is the batch (for RELEASE: the settle batch, which
     must start with the held batch). ``tools_ran`` says the batch's tool calls already executed
-    (meaningful for DISCARD: discarding then loses their outputs).
+    (meaningful for DISCARD: discarding then loses their outputs). ``persisted_count`` is the
+    SDK's counter from the pending record when the client can see it (held batches), null when
+    it cannot (an ordinary append registered from inside ``add_items``); the engine compares it
+    with the resume's record whenever it is known.
     """
 
     event_id: str
@@ -84,7 +91,7 @@ class IntentEvent(_Frozen):
     binding: Binding
     before: list[Digest] | None = None
     items: list[ItemFacts] = Field(default_factory=list)
-    persisted_count: int = 0
+    persisted_count: int | None = None
     sequence: int
     tools_ran: bool = False
 
@@ -150,6 +157,7 @@ class ResumeEvent(_Frozen):
     pending: PendingRecord | None = None
     observed_tail: list[Digest] = Field(default_factory=list)
     checkpoint_sequence: int = -1
+    checkpoint_session_id: str | None = None
 
 
 class RepairResolution(StrEnum):
@@ -186,6 +194,18 @@ class Verdict(StrEnum):
 
 
 GRANTING_VERDICTS = frozenset({Verdict.CONTINUE, Verdict.APPEND_ONCE})
+
+
+class RunnerAction(StrEnum):
+    """The one thing a runner does with a decision (the verdict alone says CONTINUE twice)."""
+
+    DO_NOT_REPLAY = "DO_NOT_REPLAY"  # granted: the batch is in the Session (or none was pending)
+    APPEND_ONCE = "APPEND_ONCE"  # granted: append the batch once, with the fence token
+    RELEASE_HELD = "RELEASE_HELD"  # granted: the held batch is not in the Session; keep it held
+    # and settle it later with a RELEASE intent (one ordered append)
+    STOP = "STOP"  # no authority: do not touch the Session; see reason and operator_action
+    WAIT = "WAIT"  # no authority yet: a final decision for this request follows
+    NONE = "NONE"  # an answer to an intent, ack or repair: nothing to do beyond the verdict
 
 
 class Reason(StrEnum):
@@ -232,6 +252,10 @@ class Reason(StrEnum):
     REPAIRED = "REPAIRED"
     INVALID = "INVALID"
     PARKED_OVERFLOW = "PARKED_OVERFLOW"
+    # added in decision/session_state v2 (an enum only grows at its end)
+    HISTORY_CHANGED = "HISTORY_CHANGED"  # committed, but the tail is no longer before + batch
+    DIGEST_UNSTABLE = "DIGEST_UNSTABLE"  # the binding's stored items do not digest identically
+    INTENT_NEVER_ARRIVED = "INTENT_NEVER_ARRIVED"  # a deferred resume's intent is overdue
 
 
 class Fence(StrEnum):
@@ -251,10 +275,33 @@ class Classification(StrEnum):
     PARTIAL = "PARTIAL"  # a prefix of the batch landed
 
 
+class TrailStep(StrEnum):
+    """The kinds of step a decision trail is made of (the wire carries the value as a string)."""
+
+    OBSERVED = "observed"  # what the input said (counts, ids; never content)
+    EVIDENCE = "evidence"  # what the engine knew about the pending write when it decided
+    CLASSIFICATION = "classification"  # the SDK-compatible classification of the tail
+    AUTHORITY = "authority"  # who holds authority after the decision, with which fence
+    WHY = "why"  # the rule that decided
+    REPAIR = "repair"  # an operator's resolution
+    ALERT = "alert"  # what an operator must look at
+
+
+class AnswerSuffix(StrEnum):
+    """Appended to the answered event id to form ``decision_id``.
+
+    A resume parked for its intent is answered twice: ``DEFERRED`` at once (FIRST) and its final
+    answer later (FINAL), so a consumer can tell the two apart and de-duplicate each.
+    """
+
+    FIRST = ""
+    FINAL = "/final"
+
+
 class TrailEntry(_Frozen):
     """One step of the decision trail: small, payload-free, readable by an operator."""
 
-    step: str  # observed | evidence | classification | authority | why | repair | alert
+    step: str  # a TrailStep value; a plain string on the wire so a new step breaks no reader
     detail: str
 
 
@@ -279,6 +326,7 @@ class Decision(_Frozen):
     final: bool = True
     event_time_ms: int
     trail: list[TrailEntry] = Field(default_factory=list)
+    runner_action: RunnerAction = RunnerAction.NONE
 
     @property
     def grants(self) -> bool:

@@ -15,7 +15,8 @@ Record shape (``SessionState.to_record()``, every value Avro-friendly)::
     progress_sequence: int                # highest write sequence the session reached (-1)
     slot: IntentSlot | null               # the single pending-write slot (like the SDK's)
     previous_intent_id: str | null        # the intent the slot superseded
-    parked_acks: list[AckEvent]           # acks that arrived before their intent (bounded)
+    parked_intents: list[IntentEvent]     # intents carrying a fence not granted yet (bounded)
+    parked_acks: list[AckEvent]           # acks ahead of their intent, fence or release (bounded)
     parked_resumes: list[ParkedResume]    # resumes that arrived before their intent (bounded)
     recent_event_ids: list[str]           # de-duplication window (bounded)
 """
@@ -28,12 +29,25 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.core.errors import StateRecordError
-from engine.core.events import AckEvent, Binding, ItemFacts, Reason, ResumeEvent, Verdict
+from engine.core.events import (
+    AckEvent,
+    Binding,
+    IntentEvent,
+    ItemFacts,
+    Reason,
+    ResumeEvent,
+    Verdict,
+)
 
 LEASE_MS = 60_000
 """How long (event time) a grant or a holder's last write keeps other runners out."""
+PARK_MS = LEASE_MS
+"""How long (event time) a resume may wait for the intent its checkpoint names."""
 RECENT_EVENT_IDS = 8
 PARKED_LIMIT = 4
+"""Resumes that may wait for their intent at once; the oldest beyond it gets a final answer."""
+PARKED_WRITES_LIMIT = 32
+"""Intents and acks (each) that may wait for what they refer to: a backlog's worth of writes."""
 
 
 class Health(StrEnum):
@@ -67,7 +81,7 @@ class IntentSlot(_Frozen):
     status: SlotStatus
     before: list[str] | None = None
     items: list[ItemFacts] = Field(default_factory=list)
-    persisted_count: int = 0
+    persisted_count: int | None = None  # null: the registration could not see it
     committed_by_store: bool = False
     committed_by_runner: bool = False
     not_written: bool = False
@@ -97,6 +111,7 @@ class SessionState(_Frozen):
     progress_sequence: int = -1
     slot: IntentSlot | None = None
     previous_intent_id: str | None = None
+    parked_intents: list[IntentEvent] = Field(default_factory=list)
     parked_acks: list[AckEvent] = Field(default_factory=list)
     parked_resumes: list[ParkedResume] = Field(default_factory=list)
     recent_event_ids: list[str] = Field(default_factory=list)

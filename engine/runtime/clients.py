@@ -19,6 +19,8 @@ MAX_POLL_INTERVAL_MS = 60_000
 DEAD_LETTER_MAX_BYTES = 2_200_000
 """The producer's `message.max.bytes`; a dead letter is bounded well below it (excerpts)."""
 
+PREFETCH_KBYTES = 16_384
+
 DeliveryCallback = Callable[[Any, Message], None]
 
 
@@ -108,6 +110,11 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
+            # Pre-fetched records wait in librdkafka's queue and then as Python bytes in one
+            # consume() batch: bound both by bytes (default 64 MB of queue; a batch of 1,000
+            # records near the 1 MB record limit would be 1 GB), or large inputs grow RSS.
+            "queued.max.messages.kbytes": PREFETCH_KBYTES,
+            "fetch.max.bytes": PREFETCH_KBYTES * 1024 // 2,
         }
     )
 

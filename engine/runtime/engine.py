@@ -385,7 +385,14 @@ class Engine:
                 " (local store wiped: changelog recreated)" if report.wiped else "",
             )
             self.owned.ready(
-                PartitionTask(partition=report.partition, store=stores[report.partition])
+                PartitionTask(
+                    partition=report.partition,
+                    store=stores[report.partition],
+                    # A process can hold every partition: each task gets its share.
+                    read_cache_bytes=self.settings.read_cache_mb
+                    * 2**20
+                    // self.settings.partitions,
+                )
             )
         self.metrics.restore_seconds.observe(time.monotonic() - started)
         self.metrics.observe_sessions(self.tasks.values())

@@ -29,7 +29,7 @@ class Ingest:
     def __init__(self, codec: Codec, topics: TopicNames, partitions: int) -> None:
         self.codec = codec
         self.partitions = partitions
-        # The intents topic also carries operator repair commands (DESIGN: "may ride here").
+        # The intents topic also carries operator repair commands (schemas/SPEC.md, section 1).
         self.record_types: dict[str, tuple[RecordType, ...]] = {
             topics.intents: (RecordType.INTENT, RecordType.REPAIR),
             topics.acks: (RecordType.ACK,),

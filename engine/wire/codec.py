@@ -23,7 +23,7 @@ from engine.wire.dead_letter import DeadLetter
 from engine.wire.errors import DecodeError, DecodeReason, EncodeError, SourcePosition
 from engine.wire.framing import Framing, SingleObjectFraming
 from engine.wire.limits import DEFAULT_LIMITS, WireLimits
-from engine.wire.policy import RecordType
+from engine.wire.policy import NAMESPACE, RecordType
 from engine.wire.schema_store import SHIPPED_SCHEMAS, SchemaStore, ShippedSchema
 from engine.wire.validation import semantic_violation, size_violation
 
@@ -80,16 +80,12 @@ class Codec:
         record_type = RECORD_TYPE_OF.get(type(model))
         if record_type is None:
             raise EncodeError(f"{type(model).__name__} has no wire record")
-        schema = (
-            self.store.current(record_type)
-            if version is None
-            else self.store.get(record_type, version)
-        )
-        record = model.model_dump(mode="python")
-        if version is not None:  # an older writer knows only the fields of its own version
-            known = {field["name"] for field in schema.source["fields"]}
-            record = {name: value for name, value in record.items() if name in known}
-        return self.encode_record(schema, record)
+        if version is None:
+            schema = self.store.current(record_type)
+            return self.encode_record(schema, model.model_dump(mode="python"))
+        schema = self.store.get(record_type, version)
+        # An older writer knows only its own fields: the newer ones are dropped, as it would.
+        return self.encode_record(schema, fields_of(schema, model.model_dump(mode="python")))
 
     def encode_record(self, schema: ShippedSchema, record: Mapping[str, Any]) -> bytes:
         """Frame and write a plain record dict with ``schema`` (no model involved)."""
@@ -263,3 +259,38 @@ def _validation_error(exc: ValidationError) -> DecodeError:
     where = ".".join(str(part) for part in first["loc"])
     message = f"{where}: {first['msg']} ({len(errors)} problem(s))"
     return DecodeError(DecodeReason.INVALID_FIELDS, message[:_MAX_MESSAGE])
+
+
+def fields_of(schema: ShippedSchema, record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` restricted, recursively, to the fields ``schema`` declares."""
+    named: dict[str, Any] = {}
+
+    def collect(avro: Any) -> None:
+        if isinstance(avro, list):
+            for branch in avro:
+                collect(branch)
+        elif isinstance(avro, dict):
+            if "name" in avro and avro.get("type") in ("record", "enum"):
+                named[avro["name"]] = avro
+                named[f"{avro.get('namespace', NAMESPACE)}.{avro['name']}"] = avro
+            for field in avro.get("fields", []):
+                collect(field["type"])
+            collect(avro.get("items"))
+
+    def prune(avro: Any, value: Any) -> Any:
+        if isinstance(avro, str):
+            avro = named.get(avro, avro)
+        if isinstance(avro, list):
+            branches = [named.get(b, b) if isinstance(b, str) else b for b in avro]
+            records = [b for b in branches if isinstance(b, dict) and b.get("type") == "record"]
+            return prune(records[0], value) if records and isinstance(value, dict) else value
+        if not isinstance(avro, dict):
+            return value
+        if avro.get("type") == "array" and isinstance(value, list):
+            return [prune(avro["items"], item) for item in value]
+        if avro.get("type") == "record" and isinstance(value, dict):
+            return {f["name"]: prune(f["type"], value[f["name"]]) for f in avro["fields"]}
+        return value
+
+    collect(schema.source)
+    return dict(prune(dict(schema.source), dict(record)))

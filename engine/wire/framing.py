@@ -40,9 +40,11 @@ class SingleObjectFraming:
         self._store = store
 
     def header_for(self, schema: ShippedSchema) -> bytes:
+        """``C3 01`` followed by the schema's 8-byte fingerprint."""
         return SINGLE_OBJECT_MAGIC + schema.fingerprint
 
     def split(self, data: bytes) -> tuple[ShippedSchema, memoryview]:
+        """The writer schema named by the fingerprint and the body; `DecodeError` otherwise."""
         if data[:2] != SINGLE_OBJECT_MAGIC[: len(data[:2])]:
             raise DecodeError(
                 DecodeReason.BAD_MAGIC,

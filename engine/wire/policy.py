@@ -11,7 +11,7 @@ Rules (read before bumping):
 * Bumping means: add the file, add the version with a one-line summary to its record's
   ``supported`` mapping in `POLICY` below and make it ``current``, then run
   ``.venv/bin/python -m tools.gen_wire_fixtures`` to write its fixtures (the corpus test fails
-  until then), and describe the new fields in ``schemas/SPEC.md`` (its test fails until then).
+  until then), and describe the new fields in ``schemas/SPEC.md`` (section 7).
 * A version leaves ``supported`` only when no producer can still write it; its file and
   fixtures go with it.
 """
@@ -48,6 +48,7 @@ class RecordPolicy:
 
     @property
     def full_name(self) -> str:
+        """The Avro full name shared by every version, e.g. ``io.reconciler.Intent``."""
         return f"{NAMESPACE}.{self.record_name}"
 
 
@@ -60,19 +61,34 @@ def _policy(record_name: str, current: int, supported: dict[int, str]) -> Record
 POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
     {
         RecordType.INTENT: _policy(
-            "Intent", 1, {1: "register/held/release/discard of a pending Session write"}
+            "Intent",
+            2,
+            {
+                1: "register/held/release/discard of a pending Session write",
+                2: "Binding.items_digest_stable, nullable persisted_count (issue 10)",
+            },
         ),
         RecordType.ACK: _policy(
             "Ack", 1, {1: "append outcome: committed with observed tail, not written, unknown"}
         ),
         RecordType.RESUME: _policy(
-            "Resume", 1, {1: "restored runner's checkpoint record, reread tail and identity"}
+            "Resume",
+            2,
+            {
+                1: "restored runner's checkpoint record, reread tail and identity",
+                2: "checkpoint_session_id; Binding.items_digest_stable (issue 10)",
+            },
         ),
         RecordType.REPAIR: _policy(
             "Repair", 1, {1: "operator resolution of an ambiguous session, with actor and reason"}
         ),
         RecordType.DECISION: _policy(
-            "Decision", 1, {1: "verdict, reason code, fence token, binding and decision trail"}
+            "Decision",
+            2,
+            {
+                1: "verdict, reason code, fence token, binding and decision trail",
+                2: "runner_action; reasons HISTORY_CHANGED, DIGEST_UNSTABLE, INTENT_NEVER_ARRIVED",
+            },
         ),
         RecordType.DEAD_LETTER: _policy(
             "DeadLetter",
@@ -83,7 +99,12 @@ POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
             },
         ),
         RecordType.SESSION_STATE: _policy(
-            "SessionState", 1, {1: "per-session fold state for the compacted changelog"}
+            "SessionState",
+            2,
+            {
+                1: "per-session fold state for the compacted changelog",
+                2: "parked_intents, new reasons, digest stability, nullable persisted_count",
+            },
         ),
     }
 )

@@ -52,11 +52,14 @@ class RegistryFraming:
 
     @classmethod
     def from_url(cls, store: SchemaStore, url: str, **conf: Any) -> RegistryFraming:
+        """A framing backed by the Schema Registry at ``url`` (``conf``: more client settings,
+        e.g. basic auth)."""
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
         return cls(store, SchemaRegistryClient.new_client({"url": url, **conf}))
 
     def header_for(self, schema: ShippedSchema) -> bytes:
+        """``00`` and the registry's 4-byte id of ``schema`` (looked up or registered once)."""
         with self._lock:
             schema_id = self._ids.get(schema.fingerprint)
         if schema_id is None:
@@ -83,6 +86,7 @@ class RegistryFraming:
             ) from exc
 
     def split(self, data: bytes) -> tuple[ShippedSchema, memoryview]:
+        """The writer schema the id names (a shipped version, or `DecodeError`) and the body."""
         if data[:1] != CONFLUENT_MAGIC:
             raise DecodeError(
                 DecodeReason.BAD_MAGIC,
@@ -148,9 +152,11 @@ class MixedFraming:
         self._writer: Framing = registry if write_registry else single
 
     def header_for(self, schema: ShippedSchema) -> bytes:
+        """The header of the framing this side writes."""
         return self._writer.header_for(schema)
 
     def split(self, data: bytes) -> tuple[ShippedSchema, memoryview]:
+        """The writer schema and the body, by whichever framing the first byte names."""
         reader: Framing = self._registry if data[:1] == CONFLUENT_MAGIC else self._single
         return reader.split(data)
 

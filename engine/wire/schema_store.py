@@ -39,6 +39,7 @@ class ShippedSchema:
 
     @property
     def file_name(self) -> str:
+        """The shipped file of this version, e.g. ``intent.v1.avsc``."""
         return schema_file_name(self.record_type, self.version)
 
 
@@ -107,6 +108,7 @@ class SchemaStore:
         return self.by_version[(record_type, self.policy[record_type].current)]
 
     def get(self, record_type: RecordType, version: int) -> ShippedSchema:
+        """One supported version of a record type; `SchemaPolicyError` naming the supported ones."""
         try:
             return self.by_version[(record_type, version)]
         except KeyError:

@@ -15,6 +15,8 @@ DEFAULT_PREFIX = "reconciler."
 
 @dataclass(frozen=True, slots=True)
 class TopicNames:
+    """Every topic name of the layout: a fixed suffix behind one configurable prefix."""
+
     prefix: str = DEFAULT_PREFIX
 
     @property
@@ -24,14 +26,17 @@ class TopicNames:
 
     @property
     def acks(self) -> str:
+        """Append outcomes from runners or the Session store."""
         return f"{self.prefix}acks"
 
     @property
     def resumes(self) -> str:
+        """Resume requests of restored runners."""
         return f"{self.prefix}resumes"
 
     @property
     def decisions(self) -> str:
+        """The engine's answers, one per input (written by the engine only)."""
         return f"{self.prefix}decisions"
 
     @property
@@ -41,6 +46,7 @@ class TopicNames:
 
     @property
     def dead_letters(self) -> str:
+        """Every input the engine could not accept, with its position and reason."""
         return f"{self.prefix}dead-letters"
 
     def topic_for(self, event: Event) -> str:

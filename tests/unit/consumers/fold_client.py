@@ -60,7 +60,7 @@ class FoldClient:
         fence_token: int | None = None,
         intent_id: str | None = None,
         kind: IntentKind = IntentKind.REGISTER,
-        persisted_count: int = 0,
+        persisted_count: int | None = None,
         tools_ran: bool = False,
     ) -> str:
         intent_id = intent_id or uuid.uuid4().hex
@@ -118,6 +118,7 @@ class FoldClient:
         observed_tail: Sequence[Mapping[str, Any]],
         timeout_s: float = 15.0,
         request_id: str | None = None,
+        checkpoint_session_id: str | None = None,
     ) -> ResumeOutcome:
         request_id = request_id or uuid.uuid4().hex
         decisions = self.engine.feed(
@@ -131,6 +132,7 @@ class FoldClient:
                 pending=pending,
                 observed_tail=observed_tail,
                 checkpoint_sequence=checkpoint_sequence,
+                checkpoint_session_id=checkpoint_session_id,
             )
         )
         final = [d for d in decisions if answers(d, request_id)]

@@ -17,6 +17,8 @@ from engine.core.events import (
     IntentEvent,
     IntentKind,
     Reason,
+    ResumeEvent,
+    RunnerAction,
     Verdict,
 )
 from tests.unit.consumers.sdk_world import (
@@ -131,3 +133,37 @@ def test_binding_follows_the_store_like_the_sdk(tmp_path: Path) -> None:
     assert conversations.binding.ignore_ids
     assert conversations.binding.chunk_size == 20
     assert conversations._ignore_ids_for_matching  # what the SDK reads on the wrapper
+
+
+def test_client_carries_schema_version_persisted_count_and_checkpoint_session(
+    tmp_path: Path,
+) -> None:
+    """Issue 10 item 8: no field the core compares is left at its default by the client."""
+
+    async def scenario() -> None:
+        world = fold_world(tmp_path)
+        assert world.fold_engine is not None
+        effects = Effects()
+        session = world.session("s1", world.client("runner-a"))
+        _agent, state = await park_for_approval(session, effects, 7, held=True)
+        checkpoint = session.checkpoint(state)
+        record = checkpoint.run_state["pending_session_write"]
+        held = world.fold_engine.events[-1]
+        assert isinstance(held, IntentEvent)
+        assert held.kind is IntentKind.HELD
+        assert held.persisted_count == record["persisted_count"]
+        assert held.binding.checkpoint_schema_version == checkpoint.run_state["$schemaVersion"]
+        restored = world.session(
+            "s1", world.client("runner-b", shift_ms=AFTER_LEASE_MS), restored=True
+        )
+        agent = make_agent(effects, resumed_steps(), held=True)
+        _state, outcome = await restore_run_state(agent, checkpoint, restored)
+        resume = world.fold_engine.events[-1]
+        assert isinstance(resume, ResumeEvent)
+        assert resume.pending is not None
+        assert resume.pending.persisted_count == record["persisted_count"]
+        assert resume.checkpoint_session_id == checkpoint.session_id
+        assert resume.binding.checkpoint_schema_version == checkpoint.run_state["$schemaVersion"]
+        assert outcome.decision.runner_action is RunnerAction.RELEASE_HELD
+
+    asyncio.run(scenario())

@@ -1,4 +1,4 @@
-"""Scenario table mirroring the SDK's own conformance scenarios (reference §6, §9)."""
+"""Scenario table mirroring the openai-agents SDK 0.24.0 pending-write conformance scenarios."""
 
 from __future__ import annotations
 
@@ -217,7 +217,17 @@ def test_settle_leaving_an_output_without_its_call_is_rejected() -> None:
 
 
 def test_held_batch_in_session_before_release_is_a_gate_violation() -> None:
-    decisions = replay([_held([C]), ack("a", AckOutcome.COMMITTED)])
-    assert (decisions[-1].reason, decisions[-1].alert) == (Reason.GATE_VIOLATION, True)
+    # A COMMITTED ack for a held batch waits for the RELEASE or DISCARD that says what was
+    # written (it may merely be read ahead of it); a DISCARD makes it a gate violation.
+    decisions = replay(
+        [
+            _held([C]),
+            ack("a", AckOutcome.COMMITTED),
+            intent("x", [C], None, kind=IntentKind.DISCARD),
+        ]
+    )
+    assert decisions[1].reason is Reason.PARKED
+    assert (decisions[-1].decision_id, decisions[-1].reason) == ("a/final", Reason.GATE_VIOLATION)
+    assert decisions[-1].alert
     seen = replay([_held([C]), resume("r", record([C], None, held=True), [U, C], runner="r1")])
     assert (seen[-1].verdict, seen[-1].reason) == (Verdict.WITHHELD, Reason.GATE_VIOLATION)

@@ -1,4 +1,5 @@
-"""One test per row of sdk-gaps.md: the engine reaches the right verdict or withholds."""
+"""One test per known SDK gap (a case where openai-agents 0.24.0 alone duplicates or loses
+history): the engine reaches the right verdict or withholds."""
 
 from __future__ import annotations
 
@@ -13,8 +14,19 @@ from engine.core.events import (
     Verdict,
 )
 from engine.core.fold import replay
-from tests.unit.core.builders import ack, call, intent, msg, out, record, repair, resume
+from tests.unit.core.builders import (
+    BINDING,
+    ack,
+    call,
+    intent,
+    msg,
+    out,
+    record,
+    repair,
+    resume,
+)
 
+UNSTABLE = BINDING.model_copy(update={"items_digest_stable": False})
 U, C, OUTPUT = msg("charge 7"), call("charge-1"), out("charge-1")
 BEFORE, BATCH = [U, C], [OUTPUT]
 
@@ -52,10 +64,12 @@ def test_row1_fenced_store_grant_says_store_enforced() -> None:
 def test_row2_copies_of_a_checkpoint_without_before_one_after_the_other() -> None:
     decisions = replay(
         [
-            resume("a", None, [U, C], runner="copy-a", checkpoint="park", seq=0, t=1_000),
+            resume("a", None, [U, C], runner="copy-a", checkpoint="park", seq=-1, t=1_000),
             intent("e1", BATCH, BEFORE, runner="copy-a", fence=1, seq=1, t=2_000),
             ack("k", AckOutcome.COMMITTED, runner="copy-a", fence=1, t=3_000),
-            resume("b", None, [U, C, OUTPUT], runner="copy-b", checkpoint="park", seq=0, t=900_000),
+            resume(
+                "b", None, [U, C, OUTPUT], runner="copy-b", checkpoint="park", seq=-1, t=900_000
+            ),
         ]
     )
     assert decisions[0].verdict == Verdict.CONTINUE
@@ -65,9 +79,9 @@ def test_row2_copies_of_a_checkpoint_without_before_one_after_the_other() -> Non
 def test_row2_a_copy_of_another_id_after_progress_is_stale() -> None:
     decisions = replay(
         [
-            resume("a", None, [U, C], runner="copy-a", checkpoint="park", seq=0, t=1_000),
+            resume("a", None, [U, C], runner="copy-a", checkpoint="park", seq=-1, t=1_000),
             intent("e1", BATCH, BEFORE, runner="copy-a", fence=1, seq=1, t=2_000),
-            resume("b", None, [U, C], runner="copy-b", checkpoint="park-copy", seq=0, t=900_000),
+            resume("b", None, [U, C], runner="copy-b", checkpoint="park-copy", seq=-1, t=900_000),
         ]
     )
     assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.STALE_CHECKPOINT)
@@ -93,6 +107,19 @@ def test_row4_changed_ids_policy_is_a_binding_mismatch() -> None:
 
 
 def test_row5_store_ack_wins_over_digest_drift() -> None:
+    # The backend adds a `status` field to what it stores, and its binding says so.
+    drifted = [U, C, {**OUTPUT, "status": "completed"}]
+    decisions = replay(
+        [
+            intent("e1", BATCH, BEFORE, binding=UNSTABLE),
+            ack("k", AckOutcome.COMMITTED, source=AckSource.STORE, runner=""),
+            resume("r", record(BATCH, BEFORE), drifted, binding=UNSTABLE),
+        ]
+    )
+    assert _verdicts(decisions)[-1] == (Verdict.CONTINUE, Reason.COMMITTED_BY_STORE)
+
+
+def test_row5_drift_on_a_digest_stable_binding_is_a_changed_history() -> None:
     drifted = [U, C, {**OUTPUT, "status": "completed"}]
     decisions = replay(
         [
@@ -101,7 +128,8 @@ def test_row5_store_ack_wins_over_digest_drift() -> None:
             resume("r", record(BATCH, BEFORE), drifted),
         ]
     )
-    assert _verdicts(decisions)[-1] == (Verdict.CONTINUE, Reason.COMMITTED_BY_STORE)
+    assert _verdicts(decisions)[-1] == (Verdict.WITHHELD, Reason.HISTORY_CHANGED)
+    assert decisions[-1].alert
 
 
 def test_row5_without_store_evidence_drift_is_withheld_not_absent() -> None:

@@ -11,7 +11,12 @@ import pytest
 from engine.core.events import AckOutcome, Verdict
 from engine.runtime.state_codec import StateFormatError, decode_state
 from engine.runtime.store import NO_OFFSET, LocalStore, StoreWrite
-from engine.runtime.task import PartitionTask, parse_pending_header, pending_header
+from engine.runtime.task import (
+    DECODED_BYTES_PER_ENCODED,
+    PartitionTask,
+    parse_pending_header,
+    pending_header,
+)
 from tests.unit.core.builders import ack, call, intent, msg, out, record, resume
 
 U, C, OUT = msg("u"), call("c1"), out("c1")
@@ -91,3 +96,26 @@ def test_pending_header_round_trip() -> None:
 def test_unreadable_state_names_the_fix() -> None:
     with pytest.raises(StateFormatError, match="rebuild the partition"):
         decode_state(b"\x00garbage")
+
+
+def test_read_cache_is_an_lru_bounded_by_estimated_bytes(tmp_path: Path) -> None:
+    task = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
+    for n in range(40):
+        task.fold(intent(f"e{n}", [OUT], [U, C]).model_copy(update={"session_id": f"s{n}"}), n)
+    task.changelog_records()
+    task.persist()
+    sizes = [len(task.store.get(f"s{n}") or b"") * DECODED_BYTES_PER_ENCODED for n in range(40)]
+    assert task.read_cache_used == sum(sizes)  # everything fits the default budget
+    one = max(sizes)
+    small = PartitionTask(partition=0, store=task.store, read_cache_bytes=10 * one)
+    for n in range(10):
+        assert small.state_of(f"s{n}") is not None
+    assert small.state_of("s0") is not None  # s0 is now the most recently used
+    for n in range(10, 30):
+        assert small.state_of(f"s{n}") is not None
+        assert small.read_cache_used <= 10 * one
+    assert set(small.committed) == {f"s{n}" for n in range(20, 30)}
+    small.state_of("s25")
+    small.state_of("s30")  # evicts the least recently used (s20), not the oldest inserted
+    assert "s20" not in small.committed
+    assert "s25" in small.committed

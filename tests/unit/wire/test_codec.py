@@ -226,7 +226,9 @@ def test_forged_huge_lengths_fail_fast_without_allocating() -> None:
         assert caught.value.reason in (DecodeReason.TRUNCATED, DecodeReason.MALFORMED_BODY)
 
 
-# --- schema evolution: a v2 shipped next to v1, as a future release would ---------------
+# --- schema evolution: a next version shipped next to the current, as a release would ----
+
+NEXT = POLICY[RecordType.INTENT].current + 1
 
 V2_INTENT_EXTRA = {
     "name": "origin",
@@ -241,15 +243,15 @@ def evolved_store(tmp_path: Path) -> Any:
     root = Path(str(shipped_schema_root()))
     for path in root.glob("*.avsc"):
         shutil.copy(path, tmp_path / path.name)
-    source = json.loads((root / "intent.v1.avsc").read_text())
+    old = POLICY[RecordType.INTENT]
+    source = json.loads((root / f"intent.v{old.current}.avsc").read_text())
     source["fields"].append(V2_INTENT_EXTRA)
     kind = next(f for f in source["fields"] if f["name"] == "kind")
     kind["type"]["symbols"].insert(-1, "SPLIT")
-    (tmp_path / "intent.v2.avsc").write_text(json.dumps(source))
-    old = POLICY[RecordType.INTENT]
+    (tmp_path / f"intent.v{NEXT}.avsc").write_text(json.dumps(source))
     policy = dict(POLICY)
     policy[RecordType.INTENT] = RecordPolicy(
-        old.record_name, 2, MappingProxyType({**old.supported, 2: "test: origin, SPLIT"})
+        old.record_name, NEXT, MappingProxyType({**old.supported, NEXT: "test: origin, SPLIT"})
     )
     return load_shipped_schemas(tmp_path, MappingProxyType(policy))
 
@@ -264,7 +266,7 @@ def test_old_writer_is_resolved_to_the_new_reader(evolved_store: Any) -> None:
 
 def test_old_reader_maps_a_newer_enum_symbol_to_unrecognized(evolved_store: Any) -> None:
     """Other consumers on v1 survive a v2 symbol: they read the enum default and refuse it."""
-    v2 = evolved_store.get(RecordType.INTENT, 2)
+    v2 = evolved_store.get(RecordType.INTENT, NEXT)
     record = {**_intent().model_dump(mode="python"), "kind": "SPLIT", "origin": "store"}
     body = io.BytesIO()
     fastavro.schemaless_writer(body, v2.parsed, record)
@@ -278,7 +280,7 @@ def test_old_reader_maps_a_newer_enum_symbol_to_unrecognized(evolved_store: Any)
 
 
 def test_current_engine_refuses_a_version_it_does_not_ship(evolved_store: Any) -> None:
-    v2 = evolved_store.get(RecordType.INTENT, 2)
+    v2 = evolved_store.get(RecordType.INTENT, NEXT)
     record = {**_intent().model_dump(mode="python"), "origin": "store"}
     data = Codec(store=evolved_store).encode_record(v2, record)
     with pytest.raises(DecodeError) as caught:

@@ -19,6 +19,7 @@ public final class Wire {
   final Schema ack;
   final Schema resume;
   final Schema decision;
+  private final BinaryMessageDecoder<GenericRecord> decisions;
 
   Wire(File schemaDir) throws IOException {
     // One parser per file: the files define shared named types (Binding, ItemFacts) each.
@@ -26,6 +27,13 @@ public final class Wire {
     ack = new Schema.Parser().parse(new File(schemaDir, "ack.v1.avsc"));
     resume = new Schema.Parser().parse(new File(schemaDir, "resume.v1.avsc"));
     decision = new Schema.Parser().parse(new File(schemaDir, "decision.v1.avsc"));
+    // Decisions are read as v1; every shipped version is a known writer (SPEC.md section 7:
+    // newer versions resolve to older readers), so a newer engine's decisions still decode.
+    decisions = new BinaryMessageDecoder<>(GenericData.get(), decision);
+    File[] versions = schemaDir.listFiles((dir, name) -> name.matches("decision\\.v\\d+\\.avsc"));
+    for (File version : versions == null ? new File[0] : versions) {
+      decisions.addSchema(new Schema.Parser().parse(version));
+    }
   }
 
   /** Avro single-object encoding: C3 01, the 8-byte fingerprint, the body. */
@@ -39,7 +47,7 @@ public final class Wire {
   }
 
   GenericRecord decodeDecision(byte[] value) throws IOException {
-    return new BinaryMessageDecoder<GenericRecord>(GenericData.get(), decision).decode(value);
+    return decisions.decode(value);
   }
 
   /** The non-null branch of a field's type (the type itself when it is not a union). */

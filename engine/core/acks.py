@@ -1,0 +1,185 @@
+"""Acks: evidence about an append (committed, not written, unknown), from runner or store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.core.authority import check_writer, renew
+from engine.core.decide import (
+    ACTION_REPAIR,
+    decide,
+    make_trail,
+    reject,
+    with_,
+)
+from engine.core.events import (
+    AckEvent,
+    AckOutcome,
+    AckSource,
+    AnswerSuffix,
+    Decision,
+    Reason,
+    TrailStep,
+    Verdict,
+)
+from engine.core.state import (
+    PARKED_WRITES_LIMIT,
+    UNRESOLVED,
+    Health,
+    IntentSlot,
+    SessionState,
+    SlotStatus,
+)
+
+
+def fold_ack(
+    state: SessionState, event: AckEvent, suffix: AnswerSuffix = AnswerSuffix.FIRST
+) -> tuple[SessionState, Decision]:
+    slot = state.slot
+    if not ack_ready(state, event):
+        parked = [*state.parked_acks, event][-PARKED_WRITES_LIMIT:]
+        why = "the ack refers to an intent, fence or release the engine has not folded yet"
+        return with_(state, parked_acks=parked), decide(
+            state, event, Verdict.RECORDED, Reason.PARKED, trail=make_trail((TrailStep.WHY, why))
+        )
+    if event.source is AckSource.RUNNER:
+        refusal = check_writer(state, event.runner_id, event.fence_token, event.event_time_ms)
+        if refusal is not None:
+            late = (
+                event.outcome is AckOutcome.COMMITTED
+                and slot is not None
+                and slot.intent_id == event.intent_id
+                and slot.status is SlotStatus.APPEND_GRANTED
+            )
+            if late:
+                why = "a fenced-out writer's append landed after another holder was told to append"
+                state = with_(state, health=Health.VIOLATED, health_reason=Reason.LATE_APPEND)
+                return state, decide(
+                    state,
+                    event,
+                    Verdict.REJECTED,
+                    Reason.LATE_APPEND,
+                    trail=make_trail((TrailStep.ALERT, why)),
+                    action=ACTION_REPAIR,
+                    alert=True,
+                    suffix=suffix,
+                )
+            if refusal is Reason.STALE_FENCE:
+                # Evidence of an attempt older than the current grant: recorded, kept out of
+                # the current attempt (whether it is folded before or after the grant).
+                why = f"ack under fence {event.fence_token}, older than {state.fence_token}"
+                trail = make_trail((TrailStep.WHY, why))
+                return state, decide(
+                    state, event, Verdict.RECORDED, refusal, trail=trail, suffix=suffix
+                )
+            why = "ack from a runner without authority"
+            return state, reject(state, event, refusal, why, suffix)
+    if slot is None or slot.intent_id != event.intent_id:  # the superseded intent's ack
+        return state, decide(state, event, Verdict.RECORDED, Reason.ACCEPTED, suffix=suffix)
+    new_state, reason, alert = apply_ack(state, slot, event)
+    return new_state, ack_answer(new_state, event, reason, alert, suffix)
+
+
+def ack_ready(state: SessionState, event: AckEvent) -> bool:
+    """Whether the engine has folded everything this ack refers to.
+
+    Not yet: a fence newer than any grant (the grant's resume is still on its way), an intent
+    id it has not seen, or a COMMITTED for a batch still held (the RELEASE or DISCARD that says
+    what was written is still on its way). Correctness may not depend on which topic is read
+    first, so such an ack waits instead of being judged on a state that is behind.
+    """
+    if event.fence_token is not None and event.fence_token > state.fence_token:
+        return False
+    slot = state.slot
+    if slot is None or slot.intent_id != event.intent_id:
+        return event.intent_id == state.previous_intent_id
+    return not (event.outcome is AckOutcome.COMMITTED and slot.status is SlotStatus.HELD)
+
+
+def ack_answer(
+    state: SessionState, event: AckEvent, reason: Reason, alert: bool, suffix: AnswerSuffix
+) -> Decision:
+    """RECORDED, with the alert set when this evidence moved the session out of CLEAR."""
+    return decide(
+        state,
+        event,
+        Verdict.RECORDED,
+        reason,
+        alert=alert,
+        action=ACTION_REPAIR if alert else None,
+        trail=make_trail((TrailStep.EVIDENCE, f"{event.source.value} ack {event.outcome.value}")),
+        suffix=suffix,
+    )
+
+
+def apply_ack(
+    state: SessionState, slot: IntentSlot, event: AckEvent
+) -> tuple[SessionState, Reason, bool]:
+    """Apply evidence to the slot. Returns the new state, the answer's reason and the alert.
+
+    The alert is raised exactly when the session's health changes (CLEAR to AMBIGUOUS or
+    VIOLATED, AMBIGUOUS to VIOLATED): one alerting decision per transition, whichever input
+    caused it and whenever it is folded.
+    """
+    new_state, reason = _apply_evidence(state, slot, event)
+    return new_state, reason, new_state.health is not state.health
+
+
+def _from_older_attempt(state: SessionState, slot: IntentSlot, event: AckEvent) -> bool:
+    """A store ack stamped with a fence older than the running APPEND_ONCE attempt's."""
+    return (
+        event.source is AckSource.STORE
+        and event.fence_token is not None
+        and event.fence_token < state.fence_token
+        and slot.status is SlotStatus.APPEND_GRANTED
+    )
+
+
+def _apply_evidence(
+    state: SessionState, slot: IntentSlot, event: AckEvent
+) -> tuple[SessionState, Reason]:
+    n = len(slot.items)
+    count = event.committed_count
+    if event.runner_id and event.source is AckSource.RUNNER:
+        state = renew(state, event.runner_id, event.event_time_ms)
+    if _from_older_attempt(state, slot, event):
+        if event.outcome is AckOutcome.COMMITTED and count != 0:
+            # The old attempt landed after a new holder was told to append: a duplicate.
+            return with_(state, health=Health.VIOLATED, health_reason=Reason.LATE_APPEND), (
+                Reason.LATE_APPEND
+            )
+        return state, Reason.ACCEPTED  # a failure of an earlier attempt says nothing of this one
+    if event.outcome is AckOutcome.COMMITTED and count is not None and 0 < count < n:
+        new_slot = slot.model_copy(update={"partial_seen": True})
+        return (
+            with_(
+                state, slot=new_slot, health=Health.AMBIGUOUS, health_reason=Reason.PARTIAL_COMMIT
+            ),
+            Reason.PARTIAL_COMMIT,
+        )
+    if event.outcome is AckOutcome.COMMITTED and count == 0:
+        event = event.model_copy(update={"outcome": AckOutcome.NOT_WRITTEN})
+    if event.outcome is AckOutcome.COMMITTED:
+        if slot.status in (SlotStatus.HELD, SlotStatus.DISCARDED):
+            return (
+                with_(state, health=Health.VIOLATED, health_reason=Reason.GATE_VIOLATION),
+                Reason.GATE_VIOLATION,
+            )
+        store = event.source is AckSource.STORE
+        update: dict[str, Any] = {
+            "committed_by_store": slot.committed_by_store or store,
+            "committed_by_runner": slot.committed_by_runner or not store,
+        }
+        if slot.status in UNRESOLVED:
+            update["status"] = SlotStatus.COMMITTED
+        if slot.not_written:
+            state = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.AMBIGUOUS)
+            return with_(state, slot=slot.model_copy(update=update)), Reason.AMBIGUOUS
+        return with_(state, slot=slot.model_copy(update=update)), Reason.ACCEPTED
+    if event.outcome is AckOutcome.NOT_WRITTEN:
+        new_slot = slot.model_copy(update={"not_written": True})
+        if slot.committed_by_store or slot.committed_by_runner:
+            state = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.AMBIGUOUS)
+            return with_(state, slot=new_slot), Reason.AMBIGUOUS
+        return with_(state, slot=new_slot), Reason.ACCEPTED
+    return state, Reason.ACCEPTED

@@ -1,0 +1,98 @@
+"""The two answers to a resume that reached reconciliation: withhold, or grant with a fence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.core.decide import (
+    ACTION_REPAIR,
+    decide,
+    evidence,
+    make_trail,
+    with_,
+)
+from engine.core.events import (
+    AnswerSuffix,
+    Classification,
+    Decision,
+    Reason,
+    ResumeEvent,
+    TrailStep,
+    Verdict,
+)
+from engine.core.state import (
+    LEASE_MS,
+    IntentSlot,
+    SessionState,
+)
+
+
+def withhold(
+    state: SessionState,
+    event: ResumeEvent,
+    reason: Reason,
+    why: str,
+    suffix: AnswerSuffix,
+    *,
+    action: str | None = ACTION_REPAIR,
+    classification: Classification = Classification.NONE,
+    alert: bool = False,
+    observed: str = "",
+) -> tuple[SessionState, Decision]:
+    trail = make_trail(
+        (TrailStep.OBSERVED, observed or f"resume {event.checkpoint_id} by {event.runner_id}"),
+        (TrailStep.CLASSIFICATION, classification.value),
+        (TrailStep.AUTHORITY, f"withheld; holder={state.holder} fence={state.fence_token}"),
+        (TrailStep.WHY, why),
+    )
+    return state, decide(
+        state,
+        event,
+        Verdict.WITHHELD,
+        reason,
+        trail=trail,
+        classification=classification,
+        action=action,
+        alert=alert,
+        suffix=suffix,
+    )
+
+
+def grant(
+    state: SessionState,
+    event: ResumeEvent,
+    position: int,
+    verdict: Verdict,
+    reason: Reason,
+    classification: Classification,
+    suffix: AnswerSuffix,
+    slot: IntentSlot | None = None,
+) -> tuple[SessionState, Decision]:
+    """Grant authority; ``slot`` (if given) replaces the session's slot in the same update."""
+    fence = max(state.fence_token + 1, position)
+    changes: dict[str, Any] = {} if slot is None else {"slot": slot}
+    state = with_(
+        state,
+        **changes,
+        holder=event.runner_id,
+        fence_token=fence,
+        lease_expires_ms=event.event_time_ms + LEASE_MS,
+        grant_request_id=event.event_id,
+        grant_verdict=verdict,
+        granted_checkpoint_id=event.checkpoint_id,
+        progress_sequence=max(state.progress_sequence, event.checkpoint_sequence),
+        binding=state.binding or event.binding,
+    )
+    trail = make_trail(
+        (
+            TrailStep.OBSERVED,
+            f"resume {event.checkpoint_id} by {event.runner_id}, tail {len(event.observed_tail)}",
+        ),
+        (TrailStep.EVIDENCE, evidence(state.slot)),
+        (TrailStep.CLASSIFICATION, classification.value),
+        (TrailStep.AUTHORITY, f"granted to {event.runner_id} with fence {fence}"),
+        (TrailStep.WHY, reason.value),
+    )
+    return state, decide(
+        state, event, verdict, reason, trail=trail, classification=classification, suffix=suffix
+    )

@@ -1,0 +1,36 @@
+"""Who may write now: the holder, its fence token and its lease (event time)."""
+
+from __future__ import annotations
+
+from engine.core.decide import (
+    with_,
+)
+from engine.core.events import (
+    Reason,
+)
+from engine.core.state import (
+    LEASE_MS,
+    SessionState,
+)
+
+
+def check_writer(
+    state: SessionState, runner_id: str, fence_token: int | None, at_ms: int
+) -> Reason | None:
+    """None when this runner may write under this token now; else why not."""
+    if state.fence_token > 0:
+        if fence_token is None or fence_token < state.fence_token:
+            return Reason.STALE_FENCE
+        if fence_token > state.fence_token:
+            return Reason.UNKNOWN_FENCE
+        return None if runner_id == state.holder else Reason.NOT_HOLDER
+    if fence_token is not None:
+        return Reason.UNKNOWN_FENCE
+    if state.holder not in (None, runner_id) and state.lease_active(at_ms):
+        return Reason.NOT_HOLDER
+    return None
+
+
+def renew(state: SessionState, runner_id: str, at_ms: int) -> SessionState:
+    lease = max(state.lease_expires_ms or 0, at_ms + LEASE_MS)
+    return with_(state, holder=runner_id, lease_expires_ms=lease)

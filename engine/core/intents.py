@@ -1,0 +1,221 @@
+"""Intents: REGISTER, HELD, RELEASE and DISCARD of the single pending-write slot."""
+
+from __future__ import annotations
+
+from engine.core.authority import check_writer
+from engine.core.decide import (
+    decide,
+    make_trail,
+    reject,
+    with_,
+)
+from engine.core.digest import has_outputs, orphan_outputs
+from engine.core.events import (
+    Decision,
+    IntentEvent,
+    IntentKind,
+    Reason,
+    TrailStep,
+    Verdict,
+)
+from engine.core.state import (
+    LEASE_MS,
+    UNRESOLVED,
+    Health,
+    IntentSlot,
+    SessionState,
+    SlotStatus,
+)
+
+
+def fold_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, Decision]:
+    """Answer an intent whose fence the engine knows (`parked.py` holds the others back)."""
+    return _apply_intent(state, event)
+
+
+def _apply_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, Decision]:
+    if state.binding is not None and event.binding != state.binding:
+        return state, reject(state, event, Reason.BINDING_MISMATCH, "intent points elsewhere")
+    slot = state.slot
+    same = slot is not None and slot.intent_id == event.intent_id
+    rearm = same and slot is not None and _opens_attempt(state, slot, event)
+    if same and slot is not None and _is_repeat(slot, event) and not rearm:
+        return state, decide(state, event, Verdict.RECORDED, Reason.DUPLICATE)
+    refusal = check_writer(state, event.runner_id, event.fence_token, event.event_time_ms)
+    if refusal is not None:
+        return state, reject(state, event, refusal, f"writer {event.runner_id} lacks authority")
+    if state.health is not Health.CLEAR and event.kind in (IntentKind.REGISTER, IntentKind.HELD):
+        reason = Reason.SESSION_AMBIGUOUS
+        if state.health is Health.VIOLATED:
+            reason = Reason.SESSION_VIOLATED
+        return state, reject(state, event, reason, "session needs repair before new writes")
+    if event.sequence < state.progress_sequence and not same:
+        return state, reject(state, event, Reason.STALE_CHECKPOINT, "sequence behind session")
+    if event.kind is IntentKind.REGISTER:
+        return _register(state, event)
+    if event.kind is IntentKind.HELD:
+        return _hold(state, event)
+    if slot is None or not same or slot.status is not SlotStatus.HELD:
+        return state, reject(state, event, Reason.UNKNOWN_INTENT, "no held batch with this id")
+    if event.kind is IntentKind.RELEASE:
+        return _release(state, event, slot)
+    return _discard(state, event, slot)
+
+
+def _is_repeat(slot: IntentSlot, event: IntentEvent) -> bool:
+    kind_matches = (event.kind is IntentKind.HELD) == slot.held or (
+        event.kind is IntentKind.REGISTER and not slot.held
+    )
+    return (
+        kind_matches
+        and event.kind in (IntentKind.REGISTER, IntentKind.HELD)
+        and slot.items == event.items
+        and slot.before == event.before
+        and slot.status is not SlotStatus.DISCARDED
+    )
+
+
+def _opens_attempt(state: SessionState, slot: IntentSlot, event: IntentEvent) -> bool:
+    """The holder re-arms its intent for another append under the current fence.
+
+    That starts a new attempt when the engine granted APPEND_ONCE (the grant's attempt) or when
+    the only evidence so far is a definite failure: the earlier attempt wrote nothing, so its
+    NOT_WRITTEN must not make this attempt's COMMITTED ack look ambiguous.
+    """
+    return (
+        event.kind is IntentKind.REGISTER
+        and not slot.held
+        and slot.status in (SlotStatus.PENDING, SlotStatus.APPEND_GRANTED)
+        and event.runner_id == state.holder
+        and (event.fence_token or 0) == state.fence_token
+        and (slot.status is SlotStatus.APPEND_GRANTED or slot.not_written)
+        and not (slot.committed_by_store or slot.committed_by_runner or slot.partial_seen)
+    )
+
+
+def _accepted(state: SessionState, event: IntentEvent, slot: IntentSlot) -> SessionState:
+    previous = (
+        state.slot.intent_id if state.slot and state.slot.intent_id != slot.intent_id else None
+    )
+    # One copy: the lease renewal (`renew`) is folded into the same update.
+    return with_(
+        state,
+        slot=slot,
+        previous_intent_id=previous or state.previous_intent_id,
+        progress_sequence=max(state.progress_sequence, event.sequence),
+        binding=state.binding or event.binding,
+        holder=event.runner_id,
+        lease_expires_ms=max(state.lease_expires_ms or 0, event.event_time_ms + LEASE_MS),
+    )
+
+
+def _register(state: SessionState, event: IntentEvent) -> tuple[SessionState, Decision]:
+    slot = state.slot
+    if not event.items:
+        return state, reject(state, event, Reason.INVALID, "an intent needs a non-empty batch")
+    trail = make_trail(
+        (TrailStep.OBSERVED, f"register {event.intent_id}: {len(event.items)} items")
+    )
+    if slot is not None and slot.intent_id == event.intent_id:
+        if slot.held or slot.items != event.items or slot.before not in (None, event.before):
+            return state, reject(state, event, Reason.INTENT_CONFLICT, "intent id reused")
+        # The same intent armed with its before digests (or re-armed by the granted holder).
+        update: dict[str, object] = {"before": event.before}
+        if _opens_attempt(state, slot, event):
+            update.update(not_written=False, committed_by_store=False, committed_by_runner=False)
+            trail = make_trail((TrailStep.OBSERVED, f"re-armed {event.intent_id}: new attempt"))
+        new_slot = slot.model_copy(update=update)
+        return _accepted(state, event, new_slot), decide(
+            state, event, Verdict.RECORDED, Reason.ACCEPTED, trail=trail
+        )
+    if slot is not None and slot.status is SlotStatus.HELD:
+        return state, reject(state, event, Reason.SLOT_OCCUPIED, "a held batch stands")
+    # A newer intent from the writer means its previous append returned (the runner only moves
+    # on after success or a granted reconciliation): the superseded slot is resolved.
+    new_slot = IntentSlot(
+        intent_id=event.intent_id,
+        runner_id=event.runner_id,
+        sequence=event.sequence,
+        held=False,
+        status=SlotStatus.PENDING,
+        before=event.before,
+        items=event.items,
+        persisted_count=event.persisted_count,
+    )
+    new_state = _accepted(state, event, new_slot)
+    return new_state, decide(new_state, event, Verdict.RECORDED, Reason.ACCEPTED, trail=trail)
+
+
+def _hold(state: SessionState, event: IntentEvent) -> tuple[SessionState, Decision]:
+    slot = state.slot
+    if not event.items or event.before is not None:
+        return state, reject(state, event, Reason.INVALID, "a held batch has items, no before")
+    # A later write supersedes an ordinary one, as for REGISTER: the writer moved on, so its
+    # append returned (its ack may simply not be folded yet).
+    ordinary = slot is not None and slot.status in UNRESOLVED and not slot.held
+    if ordinary and slot is not None and event.sequence <= slot.sequence:
+        return state, reject(state, event, Reason.SLOT_OCCUPIED, "an ordinary write stands")
+    # A re-park replaces the standing held batch with its superset (one canonical batch).
+    superset = slot is None or event.items[: len(slot.items)] == slot.items
+    if slot is not None and slot.status is SlotStatus.HELD and not superset:
+        return state, reject(state, event, Reason.INTENT_CONFLICT, "re-park is no superset")
+    new_slot = IntentSlot(
+        intent_id=event.intent_id,
+        runner_id=event.runner_id,
+        sequence=event.sequence,
+        held=True,
+        status=SlotStatus.HELD,
+        items=event.items,
+        persisted_count=event.persisted_count,
+    )
+    new_state = _accepted(state, event, new_slot)
+    trail = make_trail(
+        (TrailStep.OBSERVED, f"held batch {event.intent_id}: {len(event.items)} items")
+    )
+    return new_state, decide(new_state, event, Verdict.RECORDED, Reason.ACCEPTED, trail=trail)
+
+
+def _release(
+    state: SessionState, event: IntentEvent, slot: IntentSlot
+) -> tuple[SessionState, Decision]:
+    if event.items[: len(slot.items)] != slot.items:
+        why = "a settle must carry the held batch first, in order"
+        return state, reject(state, event, Reason.SETTLE_ORDER, why)
+    orphans = orphan_outputs(event.items)
+    if orphans:
+        ids = ", ".join(sorted({str(o.call_id) for o in orphans}))
+        return state, reject(state, event, Reason.ORPHAN_OUTPUT, f"outputs without calls: {ids}")
+    new_slot = slot.model_copy(
+        update={
+            "held": False,
+            "status": SlotStatus.PENDING,
+            "items": event.items,
+            "before": event.before,
+            "persisted_count": event.persisted_count,
+            "sequence": max(slot.sequence, event.sequence),
+        }
+    )
+    new_state = _accepted(state, event, new_slot)
+    trail = make_trail(
+        (TrailStep.OBSERVED, f"held batch released as a {len(event.items)}-item settle")
+    )
+    return new_state, decide(new_state, event, Verdict.RECORDED, Reason.ACCEPTED, trail=trail)
+
+
+def _discard(
+    state: SessionState, event: IntentEvent, slot: IntentSlot
+) -> tuple[SessionState, Decision]:
+    new_slot = slot.model_copy(update={"status": SlotStatus.DISCARDED})
+    new_state = _accepted(state, event, new_slot)
+    if event.tools_ran or has_outputs(slot.items):
+        why = "held batch discarded after its tools ran: their calls and outputs are lost"
+        return new_state, decide(
+            new_state,
+            event,
+            Verdict.RECORDED,
+            Reason.HELD_LOSS,
+            trail=make_trail((TrailStep.ALERT, why)),
+            action="Re-create the lost call/output pair in the Session or accept the loss.",
+            alert=True,
+        )
+    return new_state, decide(new_state, event, Verdict.RECORDED, Reason.ACCEPTED)

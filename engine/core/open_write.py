@@ -1,0 +1,153 @@
+"""An open write classified on the tail a resume observed, as the SDK does (plus attempts,
+claims and digest stability)."""
+
+from __future__ import annotations
+
+from engine.core.answers import grant, withhold
+from engine.core.classify import classify
+from engine.core.decide import (
+    with_,
+)
+from engine.core.events import (
+    AnswerSuffix,
+    Classification,
+    Decision,
+    PendingRecord,
+    Reason,
+    ResumeEvent,
+    Verdict,
+)
+from engine.core.state import (
+    Health,
+    IntentSlot,
+    SessionState,
+    SlotStatus,
+)
+
+
+def new_attempt(slot: IntentSlot) -> IntentSlot:
+    """An APPEND_ONCE grant opens a new attempt of the intent.
+
+    Evidence belongs to one attempt: a definite failure or a lost ack of an earlier append says
+    nothing about the append the new holder makes now, so it must not poison its COMMITTED ack.
+    """
+    return slot.model_copy(
+        update={
+            "status": SlotStatus.APPEND_GRANTED,
+            "not_written": False,
+            "committed_by_store": False,
+            "committed_by_runner": False,
+            "partial_seen": False,
+        }
+    )
+
+
+def classify_open(
+    state: SessionState,
+    event: ResumeEvent,
+    position: int,
+    suffix: AnswerSuffix,
+    slot: IntentSlot,
+    pending: PendingRecord,
+) -> tuple[SessionState, Decision]:
+    """The SDK's classification of an open write, on the tail the resume observed.
+
+    The record's ``append_acknowledged`` is the checkpoint's claim, not evidence: the engine
+    classifies as if it were unset (only acks it folded count). A claim the tail does not prove
+    committed is a contradiction, and nothing is granted on a contradiction.
+    """
+    chunk = state.binding.chunk_size if state.binding else None
+    claimed = pending.append_acknowledged
+    cls = classify(
+        observed=event.observed_tail,
+        before=[] if claimed and pending.before is None else pending.before,
+        batch=slot.batch,
+        append_acknowledged=False,
+        chunk_size=chunk,
+    )
+    observed = (
+        f"tail of {len(event.observed_tail)} digests vs "
+        f"before {len(pending.before or [])} + batch {len(slot.items)}"
+    )
+    if claimed and cls is not Classification.COMMITTED:
+        ambiguous = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.AMBIGUOUS)
+        why = (
+            "the checkpoint claims the append was acknowledged, the engine folded no committed "
+            "ack for this attempt and the tail does not prove it"
+        )
+        return withhold(
+            ambiguous,
+            event,
+            Reason.AMBIGUOUS,
+            why,
+            suffix,
+            classification=cls,
+            alert=True,
+            observed=observed,
+        )
+    if cls is Classification.NOT_STARTED:
+        return grant(
+            state,
+            event,
+            position,
+            Verdict.APPEND_ONCE,
+            Reason.APPEND_NOT_STARTED,
+            cls,
+            suffix,
+            new_attempt(slot),
+        )
+    if cls is Classification.COMMITTED:
+        if slot.not_written:
+            why = "tail matches the batch but the append definitively failed: not our authorship"
+            return withhold(
+                state,
+                event,
+                Reason.CONTENT_NOT_AUTHORSHIP,
+                why,
+                suffix,
+                classification=cls,
+                alert=True,
+                observed=observed,
+            )
+        committed = slot.model_copy(update={"status": SlotStatus.COMMITTED})
+        return grant(
+            state, event, position, Verdict.CONTINUE, Reason.COMMITTED, cls, suffix, committed
+        )
+    binding = state.binding
+    unstable = binding is not None and not binding.items_digest_stable
+    if cls is Classification.UNCHANGED and binding and unstable and not slot.not_written:
+        ambiguous = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.DIGEST_UNSTABLE)
+        why = (
+            f"backend {binding.backend_id} does not store items that digest like the appended "
+            "ones: an unchanged-looking tail is no evidence the batch is absent"
+        )
+        return withhold(
+            ambiguous,
+            event,
+            Reason.DIGEST_UNSTABLE,
+            why,
+            suffix,
+            classification=cls,
+            alert=True,
+            observed=observed,
+        )
+    if cls is Classification.UNCHANGED:
+        return grant(
+            state,
+            event,
+            position,
+            Verdict.APPEND_ONCE,
+            Reason.UNCHANGED,
+            cls,
+            suffix,
+            new_attempt(slot),
+        )
+    reason = Reason.PARTIAL_COMMIT if cls is Classification.PARTIAL else Reason.AMBIGUOUS
+    new_slot = slot.model_copy(
+        update={"partial_seen": slot.partial_seen or cls is Classification.PARTIAL}
+    )
+    ambiguous = with_(state, slot=new_slot, health=Health.AMBIGUOUS, health_reason=reason)
+    why = "history changed or is ambiguous: neither or both of committed/unchanged hold"
+    return withhold(
+        ambiguous, event, reason, why, suffix, classification=cls, alert=True, observed=observed
+    )

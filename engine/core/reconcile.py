@@ -1,0 +1,131 @@
+"""Reconcile a resume against the slot: the record check, the classification, the grant."""
+
+from __future__ import annotations
+
+from engine.core.answers import grant, withhold
+from engine.core.decide import (
+    ACTION_NEWER,
+    evidence,
+    with_,
+)
+from engine.core.errors import CoreError
+from engine.core.events import (
+    AnswerSuffix,
+    Classification,
+    Decision,
+    Reason,
+    ResumeEvent,
+    Verdict,
+)
+from engine.core.open_write import classify_open, new_attempt
+from engine.core.state import (
+    UNRESOLVED,
+    Health,
+    IntentSlot,
+    SessionState,
+    SlotStatus,
+)
+
+
+def record_matches(slot: IntentSlot, event: ResumeEvent) -> bool:
+    pending = event.pending
+    if pending is None:
+        raise CoreError("record check needs a pending record")
+    if pending.items != slot.items or pending.held != (slot.status is SlotStatus.HELD):
+        return False
+    if slot.persisted_count is not None and pending.persisted_count != slot.persisted_count:
+        return False
+    # Compared every time, not only while the write is open: a record edited after the engine
+    # resolved its intent would send the client down the SDK's first-attempt path again.
+    return slot.held or pending.before == slot.before
+
+
+def _tail_ends_with_batch(state: SessionState, slot: IntentSlot, event: ResumeEvent) -> bool:
+    """Whether the tail the resume observed still ends with exactly ``before`` + batch.
+
+    On a binding whose stored items do not digest like the appended ones, only ``before`` and
+    the batch's length can be compared: the batch's own digests are the backend's rewrite.
+    """
+    before, batch, tail = slot.before or [], slot.batch, event.observed_tail
+    size = len(before) + len(batch)
+    if len(tail) < size:
+        return False
+    window = tail[len(tail) - size :]
+    if state.binding is not None and not state.binding.items_digest_stable:
+        return window[: len(before)] == before
+    return window == [*before, *batch]
+
+
+def _history_changed(
+    state: SessionState, event: ResumeEvent, suffix: AnswerSuffix, slot: IntentSlot
+) -> tuple[SessionState, Decision]:
+    """Acks say our batch was written; the tail says the Session holds something else now.
+
+    Evidence about our batch says nothing about who else wrote (popped, rewrote, re-appended or
+    appended after it): "do not replay" could lose output or hide a second writer.
+    """
+    ambiguous = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.HISTORY_CHANGED)
+    why = "the append was acknowledged committed, but the tail is no longer before + batch"
+    observed = f"tail of {len(event.observed_tail)} digests; {evidence(slot)}"
+    return withhold(
+        ambiguous, event, Reason.HISTORY_CHANGED, why, suffix, alert=True, observed=observed
+    )
+
+
+def reconcile(
+    state: SessionState, event: ResumeEvent, position: int, suffix: AnswerSuffix
+) -> tuple[SessionState, Decision]:
+    slot, pending = state.slot, event.pending
+    if pending is None:
+        if slot is not None and slot.status in UNRESOLVED:
+            why = f"the checkpoint carries no pending write but intent {slot.intent_id} is open"
+            reason = Reason.HELD_NOT_SETTLED if slot.held else Reason.RECORD_MISMATCH
+            return withhold(state, event, reason, why, suffix, alert=slot.held)
+        return grant(
+            state,
+            event,
+            position,
+            Verdict.CONTINUE,
+            Reason.NO_PENDING_WRITE,
+            Classification.NONE,
+            suffix,
+        )
+    if slot is None:  # fold_resume parks every resume naming an unknown intent
+        raise CoreError("reconcile reached without an intent slot", session_id=state.session_id)
+    if pending.intent_id != slot.intent_id:
+        why = f"the checkpoint names superseded intent {pending.intent_id}"
+        return withhold(state, event, Reason.STALE_CHECKPOINT, why, suffix, action=ACTION_NEWER)
+    if not record_matches(slot, event):
+        why = "the checkpoint's pending-write record disagrees with the registered intent"
+        return withhold(state, event, Reason.RECORD_MISMATCH, why, suffix, alert=True)
+    if slot.status is SlotStatus.HELD:
+        tail = event.observed_tail
+        if len(tail) >= len(slot.items) and tail[-len(slot.items) :] == slot.batch:
+            violated = with_(state, health=Health.VIOLATED, health_reason=Reason.GATE_VIOLATION)
+            why = "the held batch is already in the Session before its release"
+            return withhold(violated, event, Reason.GATE_VIOLATION, why, suffix, alert=True)
+        return grant(
+            state, event, position, Verdict.CONTINUE, Reason.HELD_RIDES, Classification.NONE, suffix
+        )
+    if slot.status in (SlotStatus.DISCARDED, SlotStatus.ABANDONED):
+        why = f"intent {slot.intent_id} was {slot.status.value.lower()}"
+        return withhold(state, event, Reason.ABANDONED, why, suffix, action=ACTION_NEWER)
+    if slot.status is SlotStatus.COMMITTED:
+        if (slot.committed_by_store or slot.committed_by_runner) and not _tail_ends_with_batch(
+            state, slot, event
+        ):
+            return _history_changed(state, event, suffix, slot)
+        reason = Reason.COMMITTED_BY_STORE if slot.committed_by_store else Reason.KNOWN_COMMITTED
+        return grant(state, event, position, Verdict.CONTINUE, reason, Classification.NONE, suffix)
+    if slot.status is SlotStatus.ABSENT:
+        return grant(
+            state,
+            event,
+            position,
+            Verdict.APPEND_ONCE,
+            Reason.ACCEPTED_ABSENT,
+            Classification.NONE,
+            suffix,
+            new_attempt(slot),
+        )
+    return classify_open(state, event, position, suffix, slot, pending)

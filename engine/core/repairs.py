@@ -1,0 +1,65 @@
+"""Repairs: an operator resolution clears AMBIGUOUS/VIOLATED and ends the current grant."""
+
+from __future__ import annotations
+
+from engine.core.decide import (
+    decide,
+    evidence,
+    make_trail,
+    reject,
+    with_,
+)
+from engine.core.events import (
+    Decision,
+    Reason,
+    RepairEvent,
+    RepairResolution,
+    TrailStep,
+    Verdict,
+)
+from engine.core.state import (
+    UNRESOLVED,
+    Health,
+    SessionState,
+    SlotStatus,
+)
+
+
+def fold_repair(state: SessionState, event: RepairEvent) -> tuple[SessionState, Decision]:
+    slot = state.slot
+    if event.intent_id is not None and (slot is None or slot.intent_id != event.intent_id):
+        return state, reject(state, event, Reason.UNKNOWN_INTENT, "repair names another intent")
+    open_slot = slot is not None and slot.status in UNRESOLVED
+    if state.health is Health.CLEAR and not open_slot:
+        return state, decide(state, event, Verdict.RECORDED, Reason.NOTHING_TO_REPAIR)
+    status = {
+        RepairResolution.ACCEPT_COMMITTED: SlotStatus.COMMITTED,
+        RepairResolution.ACCEPT_ABSENT: SlotStatus.ABSENT,
+        RepairResolution.ABANDON: SlotStatus.ABANDONED,
+    }[event.resolution]
+    new_slot = None
+    if slot is not None:
+        new_slot = slot.model_copy(
+            # The operator's resolution supersedes the ack evidence it was made from.
+            update={
+                "status": status,
+                "partial_seen": False,
+                "not_written": False,
+                "committed_by_store": False,
+                "committed_by_runner": False,
+            }
+        )
+    # A repair also ends the current grant: the next resume starts a fresh authority epoch.
+    repaired = with_(
+        state,
+        slot=new_slot,
+        health=Health.CLEAR,
+        health_reason=None,
+        lease_expires_ms=None,
+        granted_checkpoint_id=None,
+    )
+    trail = make_trail(
+        (TrailStep.REPAIR, f"{event.resolution.value} by {event.actor}: {event.reason}"),
+        (TrailStep.OBSERVED, f"was {state.health.value} ({state.health_reason}); {evidence(slot)}"),
+    )
+    return repaired, decide(repaired, event, Verdict.RECORDED, Reason.REPAIRED, trail=trail)

@@ -1,0 +1,461 @@
+"""A model of a Session store and of runner processes, driven through the fold.
+
+The runners follow the client contract (durable intent and checkpoint before the append, the
+engine's answer obeyed) and suffer every fault the issue lists: a crash before, inside or after
+the append, a lost ack, a definite failure, a store rollback, a partial append, restores from a
+checkpoint (one copy or two), a foreign writer that pops, rewrites or appends, held batches that
+settle or are dropped. The engine reads the three input topics in time order while the model
+runs (runners act on its answers); the logs are kept so the same inputs can be folded again in
+another interleaving.
+
+What the model records is what the invariants need: which batch every runner append wrote,
+which items a foreign writer removed, and every decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from engine.core.digest import item_facts
+from engine.core.events import (
+    AckEvent,
+    AckOutcome,
+    AckSource,
+    Binding,
+    Decision,
+    Event,
+    IntentEvent,
+    IntentKind,
+    ItemFacts,
+    PendingRecord,
+    ResumeEvent,
+    RunnerAction,
+    Verdict,
+)
+from engine.core.fold import fold
+from engine.core.state import LEASE_MS, SessionState
+
+SID = "s-life"
+BINDING = Binding(backend_id="model-store", namespace="lifecycle")
+BEFORE_WINDOW = 2  # how many tail digests a runner records as `before`
+
+
+class Topic(StrEnum):
+    INTENTS = "intents"
+    ACKS = "acks"
+    RESUMES = "resumes"
+
+
+class Fault(StrEnum):
+    """What happens to one append."""
+
+    OK = "ok"
+    NOT_WRITTEN = "not_written"  # the store refused; NOT_WRITTEN reported, the runner stops
+    ROLLBACK = "rollback"  # written, then rolled back by the store; NOT_WRITTEN reported
+    LOST_ACK = "lost_ack"  # written; the runner crashes before it can say so
+    UNKNOWN_LANDED = "unknown_landed"  # written; the call failed opaquely (UNKNOWN), crash
+    UNKNOWN_ABSENT = "unknown_absent"  # not written; the call failed opaquely (UNKNOWN), crash
+    CRASH_BEFORE = "crash_before"  # crash after the intent, before the append
+    PARTIAL = "partial"  # a prefix landed; the call failed opaquely (UNKNOWN), crash
+
+
+class Foreign(StrEnum):
+    POP = "pop"
+    REWRITE = "rewrite"
+    APPEND = "append"
+
+
+@dataclass(frozen=True)
+class Write:
+    fault: Fault
+
+
+@dataclass(frozen=True)
+class ForeignWrite:
+    kind: Foreign
+
+
+@dataclass(frozen=True)
+class Restore:
+    copies: int  # 1, or 2: a second restored copy of the same checkpoint
+    fault: Fault  # what happens to an APPEND_ONCE the winner makes
+
+
+@dataclass(frozen=True)
+class Hold:
+    pass
+
+
+@dataclass(frozen=True)
+class Settle:
+    drop: bool  # DISCARD instead of RELEASE
+
+
+Op = Write | ForeignWrite | Restore | Hold | Settle
+
+
+@dataclass
+class Checkpoint:
+    checkpoint_id: str
+    sequence: int
+    pending: PendingRecord | None
+    batch: int | None  # the batch number of the pending record
+
+
+@dataclass
+class Runner:
+    runner_id: str
+    fence: int | None
+    checkpoint: Checkpoint
+    held: int | None = None  # batch number of a held batch this runner carries
+
+
+@dataclass
+class Input:
+    topic: Topic
+    event: Event
+
+
+@dataclass
+class World:
+    """The store, the runners, the engine (time-ordered) and everything that happened."""
+
+    store_acks: bool
+    store: list[dict[str, Any]] = field(default_factory=list)
+    time_ms: int = 1_000
+    ids: int = 0
+    batches: int = 0
+    runners: int = 0
+    sequence: int = -1  # the last write sequence published (-1: none), as the client counts
+    live: Runner | None = None
+    stopped: bool = False
+    state: SessionState | None = None
+    log: list[Input] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    appended: list[int] = field(default_factory=list)  # batch numbers, one per landed append
+    started: set[int] = field(default_factory=set)  # batches a checkpoint recorded
+    foreign_touched: set[str] = field(default_factory=set)  # digests a foreign writer removed
+    batch_items: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    latest: Checkpoint | None = None
+    topic_offsets: dict[Topic, int] = field(default_factory=lambda: dict.fromkeys(Topic, 0))
+    violations: list[str] = field(default_factory=list)
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    def _id(self, prefix: str) -> str:
+        self.ids += 1
+        return f"{prefix}{self.ids}"
+
+    def _tick(self, ms: int = 10) -> int:
+        self.time_ms += ms
+        return self.time_ms
+
+    def publish(self, topic: Topic, event: Event) -> list[Decision]:
+        """The engine folds the input now (time order); its answers go back to the runner."""
+        position = self.topic_offsets[topic]
+        self.topic_offsets[topic] += 1
+        self.log.append(Input(topic, event))
+        result = fold(self.state, event, position)
+        self.state = result.state
+        self.decisions.extend(result.decisions)
+        return list(result.decisions)
+
+    def digests(self, items: Sequence[dict[str, Any]]) -> list[str]:
+        return [item_facts(i, ignore_ids=False).digest for i in items]
+
+    def tail(self, size: int) -> list[str]:
+        return self.digests(self.store[len(self.store) - size :] if size else [])
+
+    def facts(self, items: Sequence[dict[str, Any]]) -> list[ItemFacts]:
+        return [item_facts(i, ignore_ids=False) for i in items]
+
+    # --- runner actions --------------------------------------------------------------------
+
+    def _new_batch(self, held: bool) -> int:
+        self.batches += 1
+        k = self.batches
+        if held:
+            items = [{"type": "function_call", "call_id": f"c{k}", "name": "t", "arguments": "{}"}]
+        else:
+            items = [{"role": "assistant", "content": f"b{k}.{j}"} for j in range(1 + k % 2)]
+        self.batch_items[k] = items
+        return k
+
+    def _intent(
+        self,
+        runner: Runner,
+        kind: IntentKind,
+        intent_id: str,
+        items: list[dict[str, Any]],
+        before: list[str] | None,
+    ) -> Decision:
+        answers = self.publish(
+            Topic.INTENTS,
+            IntentEvent(
+                event_id=self._id("i"),
+                session_id=SID,
+                event_time_ms=self._tick(),
+                kind=kind,
+                intent_id=intent_id,
+                runner_id=runner.runner_id,
+                fence_token=runner.fence,
+                binding=BINDING,
+                before=before,
+                items=self.facts(items),
+                persisted_count=len(items),
+                sequence=self.sequence,
+            ),
+        )
+        return answers[0]
+
+    def _ack(self, runner: Runner, intent_id: str, outcome: AckOutcome, source: AckSource) -> None:
+        self.publish(
+            Topic.ACKS,
+            AckEvent(
+                event_id=self._id("a"),
+                session_id=SID,
+                event_time_ms=self._tick(),
+                intent_id=intent_id,
+                runner_id=runner.runner_id if source is AckSource.RUNNER else "",
+                outcome=outcome,
+                source=source,
+                fence_token=runner.fence,
+            ),
+        )
+
+    def _both_acks(self, runner: Runner, intent_id: str, outcome: AckOutcome) -> None:
+        if self.store_acks and outcome is not AckOutcome.UNKNOWN:
+            self._ack(runner, intent_id, outcome, AckSource.STORE)
+        self._ack(runner, intent_id, outcome, AckSource.RUNNER)
+
+    def _checkpoint(self, pending: PendingRecord | None, batch: int | None) -> Checkpoint:
+        checkpoint = Checkpoint(self._id("c"), self.sequence, pending, batch)
+        self.latest = checkpoint
+        return checkpoint
+
+    def _land(self, k: int, items: list[dict[str, Any]]) -> None:
+        self.store.extend(items)
+        self.appended.append(k)
+
+    def _append(self, runner: Runner, k: int, intent_id: str, fault: Fault) -> bool:
+        """One append attempt of batch ``k`` under ``fault``. Returns whether the runner lives."""
+        items = self.batch_items[k]
+        if fault is Fault.CRASH_BEFORE:
+            return False
+        if fault is Fault.NOT_WRITTEN:
+            self._both_acks(runner, intent_id, AckOutcome.NOT_WRITTEN)
+            return True
+        if fault is Fault.ROLLBACK:
+            self._land(k, items)
+            del self.store[len(self.store) - len(items) :]
+            self.appended.pop()
+            self._both_acks(runner, intent_id, AckOutcome.NOT_WRITTEN)
+            return True
+        if fault is Fault.UNKNOWN_ABSENT:
+            self._ack(runner, intent_id, AckOutcome.UNKNOWN, AckSource.RUNNER)
+            return False
+        if fault is Fault.PARTIAL and len(items) > 1:
+            self.store.extend(items[:1])
+            self.appended.append(k)
+            self._ack(runner, intent_id, AckOutcome.UNKNOWN, AckSource.RUNNER)
+            return False
+        self._land(k, items)
+        if self.store_acks:
+            self._ack(runner, intent_id, AckOutcome.COMMITTED, AckSource.STORE)
+        if fault in (Fault.LOST_ACK, Fault.PARTIAL):
+            return False
+        if fault is Fault.UNKNOWN_LANDED:
+            self._ack(runner, intent_id, AckOutcome.UNKNOWN, AckSource.RUNNER)
+            return False
+        self._ack(runner, intent_id, AckOutcome.COMMITTED, AckSource.RUNNER)
+        return True
+
+    def write(self, fault: Fault) -> None:
+        runner = self.live
+        if runner is None or runner.held is not None:
+            return
+        k = self._new_batch(held=False)
+        self.sequence += 1
+        items = self.batch_items[k]
+        intent_id = f"w{k}"
+        before = self.tail(min(BEFORE_WINDOW, len(self.store)))
+        answer = self._intent(runner, IntentKind.REGISTER, intent_id, items, before)
+        if answer.verdict is not Verdict.RECORDED:
+            self.live = None  # the engine refused the write: the runner stops
+            self.stopped = True
+            return
+        record = PendingRecord(
+            intent_id=intent_id,
+            items=self.facts(items),
+            before=before,
+            persisted_count=len(items),
+        )
+        self.started.add(k)
+        runner.checkpoint = self._checkpoint(record, k)
+        self._finish(runner, k, intent_id, fault, record)
+
+    def _finish(
+        self, runner: Runner, k: int, intent_id: str, fault: Fault, record: PendingRecord
+    ) -> None:
+        alive = self._append(runner, k, intent_id, fault)
+        if fault in (Fault.NOT_WRITTEN, Fault.ROLLBACK):
+            # After a definite failure the runner stops and is resumed: the grant's fence marks
+            # the new attempt, so its evidence cannot be confused with the failed one's in any
+            # interleaving (a retry in place under the same fence could be, README "Attempts").
+            alive = False
+        if not alive:
+            self.live = None
+            return
+        runner.checkpoint = self._checkpoint(None, None)
+
+    def foreign(self, kind: Foreign) -> None:
+        self._tick()
+        if kind is Foreign.APPEND or not self.store:
+            self.store.append({"role": "user", "content": self._id("f")})
+            return
+        removed = self.store.pop()
+        self.foreign_touched.update(self.digests([removed]))
+        if kind is Foreign.REWRITE:
+            self.store.append({**removed, "edited": True})
+
+    def hold(self) -> None:
+        runner = self.live
+        if runner is None or runner.held is not None:
+            return
+        k = self._new_batch(held=True)
+        self.sequence += 1
+        intent_id = f"w{k}"
+        answer = self._intent(runner, IntentKind.HELD, intent_id, self.batch_items[k], None)
+        if answer.verdict is not Verdict.RECORDED:
+            self.live = None
+            self.stopped = True
+            return
+        record = PendingRecord(
+            intent_id=intent_id,
+            items=self.facts(self.batch_items[k]),
+            persisted_count=len(self.batch_items[k]),
+            held=True,
+        )
+        self.started.add(k)
+        runner.held = k
+        runner.checkpoint = self._checkpoint(record, k)
+
+    def settle(self, drop: bool) -> None:
+        runner = self.live
+        if runner is None or runner.held is None:
+            return
+        k = runner.held
+        intent_id = f"w{k}"
+        if drop:
+            self._intent(runner, IntentKind.DISCARD, intent_id, self.batch_items[k], None)
+            self.started.discard(k)
+            runner.held = None
+            runner.checkpoint = self._checkpoint(None, None)
+            return
+        output = {"type": "function_call_output", "call_id": f"c{k}", "output": "ok"}
+        self.batch_items[k] = [*self.batch_items[k], output]
+        before = self.tail(min(BEFORE_WINDOW, len(self.store)))
+        answer = self._intent(runner, IntentKind.RELEASE, intent_id, self.batch_items[k], before)
+        runner.held = None
+        if answer.verdict is not Verdict.RECORDED:
+            self.live = None
+            self.stopped = True
+            return
+        record = PendingRecord(
+            intent_id=intent_id,
+            items=self.facts(self.batch_items[k]),
+            before=before,
+            persisted_count=len(self.batch_items[k]),
+        )
+        runner.checkpoint = self._checkpoint(record, k)
+        self._finish(runner, k, intent_id, Fault.OK, record)
+
+    def restore(self, copies: int, fault: Fault) -> None:
+        if self.stopped or self.latest is None:
+            return
+        self.live = None  # whoever ran is dead now
+        checkpoint = self.latest
+        self._tick(LEASE_MS + 1_000)  # the old holder's lease lapsed
+        winners: list[tuple[Runner, Decision]] = []
+        for _ in range(copies):
+            self.runners += 1
+            runner = Runner(f"r{self.runners}", None, checkpoint)
+            record = checkpoint.pending
+            size = 0 if record is None else len(record.before or []) + len(record.items)
+            answers = self.publish(
+                Topic.RESUMES,
+                ResumeEvent(
+                    event_id=self._id("q"),
+                    session_id=SID,
+                    event_time_ms=self._tick(),
+                    runner_id=runner.runner_id,
+                    checkpoint_id=checkpoint.checkpoint_id,
+                    binding=BINDING,
+                    pending=record,
+                    observed_tail=self.tail(min(size, len(self.store))),
+                    checkpoint_sequence=checkpoint.sequence,
+                    checkpoint_session_id=SID,
+                ),
+            )
+            answer = answers[0]
+            if answer.grants:
+                winners.append((runner, answer))
+        if len(winners) > 1:
+            self.violations.append("two restored copies were both granted")
+        if not winners:
+            self.stopped = True
+            return
+        runner, answer = winners[0]
+        runner.fence = answer.fence_token
+        self._obey(runner, answer, checkpoint, fault)
+
+    def _obey(self, runner: Runner, answer: Decision, checkpoint: Checkpoint, fault: Fault) -> None:
+        record, k = checkpoint.pending, checkpoint.batch
+        self.live = runner
+        if answer.runner_action is RunnerAction.DO_NOT_REPLAY or record is None or k is None:
+            runner.checkpoint = self._checkpoint(None, None)
+            return
+        if answer.runner_action is RunnerAction.RELEASE_HELD:
+            runner.held = k
+            runner.checkpoint = self._checkpoint(record, k)  # the resumed run checkpoints again
+            return
+        if answer.runner_action is not RunnerAction.APPEND_ONCE:
+            self.violations.append(f"grant with action {answer.runner_action}")
+            return
+        before = self.tail(min(BEFORE_WINDOW, len(self.store)))
+        if record.before is not None and before != record.before:
+            self.violations.append("APPEND_ONCE granted on a tail that is not `before`")
+        armed = record.model_copy(update={"before": before})
+        self._intent(runner, IntentKind.REGISTER, record.intent_id, self.batch_items[k], before)
+        runner.checkpoint = self._checkpoint(armed, k)
+        self._finish(runner, k, record.intent_id, fault, armed)
+
+    def run(self, ops: Iterable[Op]) -> None:
+        self.runners += 1
+        self.live = Runner(f"r{self.runners}", None, self._checkpoint(None, None))
+        for op in ops:
+            if self.stopped:
+                break
+            if isinstance(op, Write):
+                self.write(op.fault)
+            elif isinstance(op, ForeignWrite):
+                self.foreign(op.kind)
+            elif isinstance(op, Restore):
+                self.restore(op.copies, op.fault)
+            elif isinstance(op, Hold):
+                self.hold()
+            else:
+                self.settle(op.drop)
+        # Reconcile whatever is still open: one more restore, then the held batch settles.
+        for _ in range(3):
+            live = self.live
+            if self.stopped or (
+                live is not None and (live.checkpoint.pending is None or live.held is not None)
+            ):
+                break
+            self.restore(1, Fault.OK)
+        if not self.stopped and self.live is not None and self.live.held is not None:
+            self.settle(drop=False)

@@ -1,0 +1,154 @@
+"""Lifecycle property: the Session's content is right whatever the runners and the store do.
+
+Driven by Hypothesis through `lifecycle_model.World`. The invariant is about the store, not the
+decisions: every batch ends in the Session exactly once, or the session is withheld with an
+alert and nothing was appended twice; never a grant after ambiguity; never two holders; and the
+final answer to each input is the same whatever the interleaving of the three input topics.
+
+`make test` runs LIFECYCLE_EXAMPLES (default 2,000, derandomized); `make soak-core` runs
+100,000 with a random seed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.core.events import Decision, Event, ResumeEvent
+from engine.core.fold import fold
+from engine.core.state import Health, SessionState
+from tests.unit.core.lifecycle_model import (
+    Fault,
+    Foreign,
+    ForeignWrite,
+    Hold,
+    Input,
+    Op,
+    Restore,
+    Settle,
+    Topic,
+    World,
+    Write,
+)
+
+EXAMPLES = int(os.environ.get("LIFECYCLE_EXAMPLES", "2000"))
+SOAK = os.environ.get("LIFECYCLE_SOAK") == "1"
+LIFECYCLE = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=not SOAK,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+faults = st.sampled_from(list(Fault))
+ops: st.SearchStrategy[Op] = st.one_of(
+    st.builds(Write, faults),
+    st.builds(Write, faults),
+    st.builds(ForeignWrite, st.sampled_from(list(Foreign))),
+    st.builds(Restore, st.sampled_from([1, 2]), faults),
+    st.just(Hold()),
+    st.builds(Settle, st.booleans()),
+)
+programs = st.tuples(st.lists(ops, min_size=1, max_size=8), st.booleans())
+
+Answer = tuple[str, str]
+
+
+def _final_answers(decisions: list[Decision]) -> dict[str, Answer]:
+    """Per input event id, its final answer (the `/final` one for a parked input).
+
+    The answer is what the input's producer acts on: verdict and runner action. The reason may
+    name the evidence the engine had when it decided (HISTORY_CHANGED with the store's ack in
+    hand, AMBIGUOUS from the tail alone), so it is not compared.
+    """
+    answers: dict[str, Answer] = {}
+    for decision in decisions:
+        answers[decision.in_reply_to] = (decision.verdict.value, decision.runner_action.value)
+    return answers
+
+
+def _refold(inputs: list[Input]) -> list[Decision]:
+    """Fold one interleaving, checking the per-step safety properties on the way."""
+    state: SessionState | None = None
+    offsets = dict.fromkeys(Topic, 0)
+    decisions: list[Decision] = []
+    for item in inputs:
+        result = fold(state, item.event, offsets[item.topic])
+        offsets[item.topic] += 1
+        for decision in result.decisions:
+            if decision.grants:
+                _assert_safe_grant(state, item.event, decision)
+        state = result.state
+        decisions.extend(result.decisions)
+    return decisions
+
+
+def _assert_safe_grant(state: SessionState | None, event: Event, decision: Decision) -> None:
+    if state is None:
+        return
+    assert state.health is Health.CLEAR, f"grant after {state.health}: {decision}"
+    if isinstance(event, ResumeEvent) and decision.in_reply_to == event.event_id:
+        other = state.holder not in (None, event.runner_id)
+        assert not (other and state.lease_active(event.event_time_ms)), "two holders"
+
+
+def _orders(log: list[Input]) -> tuple[list[list[Input]], list[list[Input]]]:
+    """Backlogs where one topic is read ahead of the other two.
+
+    First list: intents or acks ahead, where the final answers must equal time order's. Second:
+    resumes ahead, checked for safety only: a resume judged before the acks and re-arms that
+    preceded it in time cannot know of them (README "Interleavings").
+    """
+
+    def ahead(topic: Topic) -> list[Input]:
+        return [*(i for i in log if i.topic is topic), *(i for i in log if i.topic is not topic)]
+
+    return [ahead(Topic.INTENTS), ahead(Topic.ACKS)], [ahead(Topic.RESUMES)]
+
+
+def check_world(program: list[Op], store_acks: bool) -> World:
+    world = World(store_acks=store_acks)
+    world.run(program)
+    assert world.violations == []
+    # Nothing appended twice (unless a foreign writer removed the first copy: then the tail
+    # is `before` again, exactly what the SDK reads as "append once"); every item of ours at
+    # most once in the Session.
+    for k, n in Counter(world.appended).items():
+        removed = set(world.digests(world.batch_items[k])) & world.foreign_touched
+        assert n == 1 or removed, f"batch {k} appended {n} times"
+    ours = {d for k in world.batch_items for d in world.digests(world.batch_items[k])}
+    stored = Counter(d for d in world.digests(world.store) if d in ours)
+    assert all(n == 1 for n in stored.values()), "an item of ours is in the Session twice"
+    # Every started batch landed exactly once, or the session is withheld with an alert.
+    alerted = any(d.alert for d in world.decisions)
+    for k in sorted(world.started):
+        digests = world.digests(world.batch_items[k])
+        if set(digests) & world.foreign_touched:
+            continue  # a foreign writer removed it: not ours to keep
+        landed = all(stored[d] == 1 for d in digests)
+        assert landed or (world.stopped and alerted), f"batch {k} lost without an alert"
+    # The same inputs in other interleavings: safe on every step, same final answers.
+    baseline = _final_answers(_refold(world.log))
+    # Every resume got a final answer (nothing left DEFERRED).
+    resumes = [i.event.event_id for i in world.log if i.topic is Topic.RESUMES]
+    assert all(baseline[r][0] != "DEFERRED" for r in resumes), "a resume never got a final answer"
+    assert baseline == _final_answers(world.decisions)
+    same, safe_only = _orders(world.log)
+    for order in same:
+        assert _final_answers(_refold(order)) == baseline
+    for order in safe_only:
+        _refold(order)
+    return world
+
+
+@LIFECYCLE
+@given(programs)
+def test_lifecycle_store_content_is_right_in_every_interleaving(
+    program: tuple[list[Op], bool],
+) -> None:
+    ops_, store_acks = program
+    check_world(ops_, store_acks)
