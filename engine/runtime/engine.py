@@ -215,7 +215,10 @@ class Engine:
                 self._abort(txn, str(exc))
                 self._progress()
                 continue
+            finally:
+                self.metrics.flush()
             self.metrics.maybe_observe_lag(consumer, self.tasks, self.topics.inputs)
+            self.metrics.maybe_observe_sessions(self.tasks.values())
             due = (time.monotonic() - last_commit) * 1000 >= self.settings.commit_interval_ms
             if txn.open and (due or self.owned.folded() >= self.settings.commit_max_events):
                 self._commit(txn)
@@ -246,7 +249,7 @@ class Engine:
             return
         event: Event = outcome
         try:
-            before, decisions, payloads = task.fold(event, offset, self.codec.encode)
+            _, decisions, payloads = task.fold(event, offset, self.codec.encode)
         except InputFailedError as failed:
             # No single input may stop a partition: dead-letter it (with the exception class)
             # and go on; the session's state is as it was before this input.
@@ -260,8 +263,7 @@ class Engine:
             )
             self._dead_letter(txn, message, self.ingest.failed(message, failed.cause))
             return
-        self.metrics.events.labels(topic=topic, kind=self.ingest.kind_of(event)).inc()
-        self.metrics.observe_fold(before, task.cache[event.session_id], decisions)
+        self.metrics.count_fold(topic, self.ingest.kind_of(event), decisions)
         _log_for_operator(event, decisions, f"{topic}/{partition}/{offset}")
         source = f"{topic}/{partition}/{offset}".encode()
         for decision, payload in zip(decisions, payloads, strict=True):
@@ -326,7 +328,7 @@ class Engine:
         with self.watchdog.guard(Step.PERSIST_LOCALLY, self.budget_s, self.tasks):
             for task in committing:  # step 6
                 task.persist()
-        self.metrics.observe_sessions(self.tasks.values())
+        self.metrics.sessions_stale = True
 
     def _abort(self, txn: Transaction, why: str) -> None:
         """Abortable error: abort, drop write caches, rewind inputs to committed offsets."""

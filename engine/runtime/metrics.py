@@ -22,13 +22,14 @@ from prometheus_client import (
     generate_latest,
 )
 
-from engine.core.events import Decision, Reason
-from engine.core.state import Health, SessionState
+from engine.core.events import Decision, Reason, Verdict
+from engine.core.state import Health
 from engine.runtime.clients import ConsumerLike
 from engine.runtime.store import LocalStore
 from engine.wire.errors import DecodeReason
 
 LAG_INTERVAL_S = 5.0
+SESSIONS_INTERVAL_S = 1.0  # the session gauges cost a COUNT(*) per store: not every commit
 DEAD_LETTER_REFUSED = "DEAD_LETTER_REFUSED"  # the dead-letter produce itself failed
 ABORT_KINDS = ("abortable", "fatal", "state")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -117,6 +118,12 @@ class EngineMetrics:
         # /healthz: replaced by the engine with "the loop made progress recently".
         self.liveness: Callable[[], bool] = lambda: True
         self._last_lag = 0.0
+        self._last_sessions = 0.0
+        self.sessions_stale = False  # set by a commit; `maybe_observe_sessions` clears it
+        # Per input the loop only tallies here; `flush` publishes once per consumed batch (a
+        # labelled Counter costs a label lookup and a lock per call).
+        self._events_tally: dict[tuple[str, str], int] = {}
+        self._decisions_tally: dict[tuple[Verdict, Reason, bool], int] = {}
 
     def _zero_known_series(self) -> None:
         """A series for every known label value from the start: `increase(...) > 0` then sees
@@ -150,17 +157,38 @@ class EngineMetrics:
         self.is_ready = ready
         self.ready.set(1 if ready else 0)
 
-    def observe_fold(
-        self, before: SessionState | None, after: SessionState, decisions: Iterable[Decision]
-    ) -> None:
+    def count_fold(self, topic: str, kind: str, decisions: Iterable[Decision]) -> None:
+        """Tally one folded input and its decisions (published by `flush`)."""
+        events = self._events_tally
+        events[topic, kind] = events.get((topic, kind), 0) + 1
+        tally = self._decisions_tally
         for decision in decisions:
-            self.decisions.labels(verdict=decision.verdict, reason=decision.reason).inc()
-            if decision.reason in (Reason.HELD_BY_OTHER, Reason.CHECKPOINT_ALREADY_RESUMED):
-                self.lease_conflicts.inc()
-            if decision.reason is Reason.GATE_VIOLATION:
-                self.gate_violations.inc()
-            if decision.alert:
-                self.alerts.labels(reason=decision.reason).inc()
+            key = (decision.verdict, decision.reason, decision.alert)
+            tally[key] = tally.get(key, 0) + 1
+
+    def flush(self) -> None:
+        """Publish the tallies of `count_fold` (once per consumed batch)."""
+        for (topic, kind), count in self._events_tally.items():
+            self.events.labels(topic=topic, kind=kind).inc(count)
+        for (verdict, reason, alert), count in self._decisions_tally.items():
+            self.decisions.labels(verdict=verdict, reason=reason).inc(count)
+            if reason in (Reason.HELD_BY_OTHER, Reason.CHECKPOINT_ALREADY_RESUMED):
+                self.lease_conflicts.inc(count)
+            if reason is Reason.GATE_VIOLATION:
+                self.gate_violations.inc(count)
+            if alert:
+                self.alerts.labels(reason=reason).inc(count)
+        self._events_tally.clear()
+        self._decisions_tally.clear()
+
+    def maybe_observe_sessions(self, tasks: Iterable[_HasStore]) -> None:
+        """`observe_sessions` if a commit changed the stores, at most once a second."""
+        now = time.monotonic()
+        if not self.sessions_stale or now - self._last_sessions < SESSIONS_INTERVAL_S:
+            return
+        self._last_sessions = now
+        self.sessions_stale = False
+        self.observe_sessions(tasks)
 
     def maybe_observe_lag(
         self, consumer: ConsumerLike, tasks: Mapping[int, _HasStore], topics: Iterable[str]

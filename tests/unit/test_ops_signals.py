@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from engine import oplog
-from engine.core.events import Reason
+from engine.core.decide import decide
+from engine.core.events import AckEvent, AckOutcome, AckSource, Reason, Verdict
+from engine.core.state import SessionState
 from engine.runtime.metrics import EngineMetrics
 from engine.runtime.store import LocalStore, StoreWrite
 from engine.runtime.task import HEALTH_HEADER, pending_header
@@ -89,3 +91,30 @@ def test_ops_lines_are_one_line_text_or_json(caplog: pytest.LogCaptureFixture) -
     assert parsed["session"] == "s 1"
     assert parsed["source"] == "t/0/17"
     assert parsed["level"] == "WARNING"
+
+
+def test_fold_counts_are_published_once_per_batch_by_flush() -> None:
+    metrics = EngineMetrics()
+    state = SessionState(session_id="s1")
+    ack = AckEvent(
+        event_id="s1/a",
+        session_id="s1",
+        event_time_ms=1,
+        intent_id="w1",
+        runner_id="r1",
+        outcome=AckOutcome.UNKNOWN,
+        source=AckSource.RUNNER,
+    )
+    alerting = decide(state, ack, Verdict.WITHHELD, Reason.AMBIGUOUS, alert=True)
+    conflict = decide(state, ack, Verdict.WITHHELD, Reason.HELD_BY_OTHER)
+    for _ in range(3):
+        metrics.count_fold("intents", "ack", [alerting, conflict])
+    assert _value(metrics, "reconciler_events_total", topic="intents", kind="ack") is None
+    metrics.flush()
+    metrics.flush()  # a flush publishes each tally once
+    assert _value(metrics, "reconciler_events_total", topic="intents", kind="ack") == 3
+    decisions = "reconciler_decisions_total"
+    assert _value(metrics, decisions, verdict="WITHHELD", reason="AMBIGUOUS") == 3
+    assert _value(metrics, "reconciler_alerts_total", reason=Reason.AMBIGUOUS) == 3
+    assert _value(metrics, "reconciler_lease_conflicts_total") == 3
+    assert _value(metrics, "reconciler_gate_violations_total") == 0
