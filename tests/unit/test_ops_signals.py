@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from engine import oplog
 from engine.core.events import Reason
@@ -89,3 +90,23 @@ def test_ops_lines_are_one_line_text_or_json(caplog: pytest.LogCaptureFixture) -
     assert parsed["session"] == "s 1"
     assert parsed["source"] == "t/0/17"
     assert parsed["level"] == "WARNING"
+
+
+class _Consumer:
+    """position() and watermarks of a consumer that has no cached fetch response yet."""
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, 40) for tp in partitions]
+
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float = -1, cached: bool = False
+    ) -> tuple[int, int]:
+        return (-1001, -1001) if cached else (0, 100)
+
+
+def test_lag_is_asked_from_the_broker_when_nothing_is_cached(tmp_path: Path) -> None:
+    metrics = EngineMetrics()
+    tasks = {0: _Task(LocalStore(tmp_path / "p0.db")), 1: _Task(LocalStore(tmp_path / "p1.db"))}
+    metrics.maybe_observe_lag(_Consumer(), tasks, ["t.intents", "t.acks"])  # type: ignore[arg-type]
+    assert _value(metrics, "reconciler_consumer_lag", topic="t.intents") == 120  # 2 x (100 - 40)
+    assert _value(metrics, "reconciler_consumer_lag", topic="t.acks") == 120
