@@ -111,6 +111,9 @@ class _DecisionTail:
         return wanted <= self.ids
 
 
+# Each restart takes the broker ~10 s and recovery up to 60 s: the soak's size scales the time;
+# `make test`'s single restart keeps the default.
+@pytest.mark.timeout(max(300, 180 + 75 * RESTARTS))
 def test_broker_restart_under_load(
     kafka_bootstrap: str, kafka_instance: str, unique_name: str, tmp_path: Path
 ) -> None:

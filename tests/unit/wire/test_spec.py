@@ -77,10 +77,11 @@ def test_spec_documents_every_field_of_every_record() -> None:
         _fields(dict(schema.source), found)
     documented = _documented()
     missing = {name: fields - documented.get(name, set()) for name, fields in found.items()}
+    # A new schema version: add its fields to SPEC.md section 7 ("fields added in v<N>" tables).
     assert {name: sorted(f) for name, f in missing.items() if f} == {}
 
 
 def test_spec_lists_every_fingerprint() -> None:
-    for schema in _spec_schemas():
+    for schema in _spec_schemas():  # a new or edited schema: update SPEC.md's table (section 2)
         assert f"| `{schema.file_name}` |" in SPEC
         assert f"`{schema.fingerprint.hex()}` |" in SPEC
