@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -30,6 +30,8 @@ from engine.wire.errors import DecodeReason
 
 LAG_INTERVAL_S = 5.0
 SESSIONS_INTERVAL_S = 1.0  # the session gauges cost a COUNT(*) per store: not every commit
+LAG_QUERY_TIMEOUT_S = 0.2
+LAG_QUERY_BUDGET_S = 1.0
 DEAD_LETTER_REFUSED = "DEAD_LETTER_REFUSED"  # the dead-letter produce itself failed
 ABORT_KINDS = ("abortable", "fatal", "state")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -200,8 +202,16 @@ class EngineMetrics:
         self._last_lag = now
         wanted = [TopicPartition(t, p) for p in tasks for t in topics]
         lag: dict[str, int] = {}
+        ask_until = now + LAG_QUERY_BUDGET_S
         for tp in consumer.position(wanted):
             _, high = consumer.get_watermark_offsets(tp, cached=True) or (0, 0)
+            if high < 0 and time.monotonic() < ask_until:
+                # No fetch response cached yet for this partition (librdkafka answers -1001):
+                # ask the broker, within a small budget so a slow broker cannot stall the loop.
+                try:
+                    _, high = consumer.get_watermark_offsets(tp, timeout=LAG_QUERY_TIMEOUT_S)
+                except KafkaException:
+                    high = -1
             if tp.offset >= 0 and high >= 0:
                 lag[tp.topic] = lag.get(tp.topic, 0) + max(0, high - tp.offset)
         for topic, behind in lag.items():

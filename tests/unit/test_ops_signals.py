@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from engine import oplog
 from engine.core.decide import decide
@@ -118,3 +119,23 @@ def test_fold_counts_are_published_once_per_batch_by_flush() -> None:
     assert _value(metrics, "reconciler_alerts_total", reason=Reason.AMBIGUOUS) == 3
     assert _value(metrics, "reconciler_lease_conflicts_total") == 3
     assert _value(metrics, "reconciler_gate_violations_total") == 0
+
+
+class _Consumer:
+    """position() and watermarks of a consumer that has no cached fetch response yet."""
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, 40) for tp in partitions]
+
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float = -1, cached: bool = False
+    ) -> tuple[int, int]:
+        return (-1001, -1001) if cached else (0, 100)
+
+
+def test_lag_is_asked_from_the_broker_when_nothing_is_cached(tmp_path: Path) -> None:
+    metrics = EngineMetrics()
+    tasks = {0: _Task(LocalStore(tmp_path / "p0.db")), 1: _Task(LocalStore(tmp_path / "p1.db"))}
+    metrics.maybe_observe_lag(_Consumer(), tasks, ["t.intents", "t.acks"])  # type: ignore[arg-type]
+    assert _value(metrics, "reconciler_consumer_lag", topic="t.intents") == 120  # 2 x (100 - 40)
+    assert _value(metrics, "reconciler_consumer_lag", topic="t.acks") == 120
