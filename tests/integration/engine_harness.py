@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, Producer
 from engine.admin.topics import create_topics
 from engine.core.events import Decision, Event
 from engine.runtime.engine import Engine
+from engine.runtime.metrics import EngineMetrics
 from engine.settings import Settings, load_settings
 from engine.wire import Codec, DeadLetter, RecordType
 
@@ -47,8 +48,9 @@ def engine_settings(bootstrap: str, prefix: str, state_dir: Path, **extra: Any) 
 
 
 @contextmanager
-def engine_thread(settings: Settings) -> Iterator[Engine]:
-    engine = Engine(settings)
+def engine_thread(settings: Settings, metrics: EngineMetrics | None = None) -> Iterator[Engine]:
+    """An engine in a daemon thread, stopped and joined on exit (with the given metrics)."""
+    engine = Engine(settings, metrics=metrics)
     thread = threading.Thread(target=engine.run, name="engine", daemon=True)
     thread.start()
     try:

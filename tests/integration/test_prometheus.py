@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +18,11 @@ import pytest
 import yaml
 
 from engine.core.events import AckOutcome, Event
-from engine.runtime.engine import Engine
 from engine.runtime.metrics import EngineMetrics, serve_health
-from engine.settings import Settings
 from tests.helm_render import CHART
 from tests.integration.engine_harness import (
     engine_settings,
+    engine_thread,
     produce,
     produce_raw,
     read_decisions,
@@ -156,7 +153,7 @@ def test_real_prometheus_scrapes_the_engine_and_fires_for_an_ambiguous_session(
     metrics = EngineMetrics()
     server = serve_health(metrics, metrics_port)
     try:
-        with engine_thread_with(settings, metrics):
+        with engine_thread(settings, metrics):
             # The zero series must be scraped before the first increment, as in production
             # where the endpoint is up long before an alert; otherwise the first sample
             # already holds the count and increase() sees nothing.
@@ -218,17 +215,3 @@ def _grafana(expr: str) -> str:
     for variable, value in GRAFANA_VARS.items():
         expr = expr.replace(variable, value)
     return expr
-
-
-@contextmanager
-def engine_thread_with(settings: Settings, metrics: EngineMetrics) -> Iterator[Engine]:
-    """An engine in a thread whose metrics this test serves itself."""
-    engine = Engine(settings, metrics=metrics)
-    thread = threading.Thread(target=engine.run, name="engine", daemon=True)
-    thread.start()
-    try:
-        yield engine
-    finally:
-        engine.stop()
-        thread.join(timeout=60)
-        assert not thread.is_alive(), "the engine did not stop within 60 s"
