@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Literal, overload
 
+import msgspec
 from fastavro import schemaless_reader, schemaless_writer
-from pydantic import BaseModel, ValidationError
 
 from engine.core.events import AckEvent, Decision, IntentEvent, RepairEvent, ResumeEvent
 from engine.core.state import SessionState
@@ -26,6 +26,7 @@ from engine.wire.limits import DEFAULT_LIMITS, WireLimits
 from engine.wire.policy import NAMESPACE, RecordType
 from engine.wire.schema_store import SHIPPED_SCHEMAS, SchemaStore, ShippedSchema
 from engine.wire.validation import semantic_violation, size_violation
+from engine.wire.values import from_record, to_record
 
 WireModel = (
     IntentEvent | AckEvent | ResumeEvent | RepairEvent | Decision | DeadLetter | SessionState
@@ -43,7 +44,7 @@ MODEL_OF: Mapping[RecordType, type[WireModel]] = MappingProxyType(
         RecordType.SESSION_STATE: SessionState,
     }
 )
-RECORD_TYPE_OF: Mapping[type[BaseModel], RecordType] = MappingProxyType(
+RECORD_TYPE_OF: Mapping[type[WireModel], RecordType] = MappingProxyType(
     {model: record_type for record_type, model in MODEL_OF.items()}
 )
 
@@ -83,10 +84,10 @@ class Codec:
             raise EncodeError(f"{type(model).__name__} has no wire record")
         if version is None:
             schema = self.store.current(record_type)
-            return self.encode_record(schema, model.model_dump(mode="python"))
+            return self.encode_record(schema, to_record(model))
         schema = self.store.get(record_type, version)
         # An older writer knows only its own fields: the newer ones are dropped, as it would.
-        return self.encode_record(schema, fields_of(schema, model.model_dump(mode="python")))
+        return self.encode_record(schema, fields_of(schema, to_record(model)))
 
     def encode_record(self, schema: ShippedSchema, record: Mapping[str, Any]) -> bytes:
         """Frame and write a plain record dict with ``schema`` (no model involved)."""
@@ -222,9 +223,9 @@ class Codec:
             raise DecodeError(DecodeReason.LIMIT_EXCEEDED, too_big)
         model_type = MODEL_OF[record_type]
         try:
-            model = model_type.model_validate(record)
-        except ValidationError as exc:
-            raise _validation_error(exc) from exc
+            model = from_record(model_type, record)
+        except msgspec.ValidationError as exc:
+            raise _validation_error(exc, model_type, record) from exc
         problem = semantic_violation(model)
         if problem is not None:
             raise DecodeError(DecodeReason.INVALID_FIELDS, problem)
@@ -273,19 +274,41 @@ class Codec:
         return record
 
 
-def _validation_error(exc: ValidationError) -> DecodeError:
-    errors = exc.errors(include_url=False)
-    for error in errors:
-        if error.get("input") == UNRECOGNIZED_SYMBOL:
-            where = ".".join(str(part) for part in error["loc"])
-            return DecodeError(
-                DecodeReason.UNKNOWN_ENUM_SYMBOL,
-                f"{where} holds a symbol this engine does not know (written by a newer schema?)",
-            )
-    first = errors[0]
-    where = ".".join(str(part) for part in first["loc"])
-    message = f"{where}: {first['msg']} ({len(errors)} problem(s))"
-    return DecodeError(DecodeReason.INVALID_FIELDS, message[:_MAX_MESSAGE])
+def _validation_error(
+    exc: msgspec.ValidationError, model_type: type[WireModel], record: Any
+) -> DecodeError:
+    # A symbol only a newer writer knows reaches us as the schemas' default, UNRECOGNIZED; it
+    # gets its own reason wherever it sits, even when another field is wrong too.
+    where = _unrecognized_symbol(msgspec.inspect.type_info(model_type), record, "")
+    if where is not None:
+        return DecodeError(
+            DecodeReason.UNKNOWN_ENUM_SYMBOL,
+            f"{where} holds a symbol this engine does not know (written by a newer schema?)",
+        )
+    return DecodeError(DecodeReason.INVALID_FIELDS, str(exc)[:_MAX_MESSAGE])
+
+
+def _unrecognized_symbol(info: msgspec.inspect.Type, value: Any, where: str) -> str | None:
+    """The path of the first enum-typed position of ``value`` holding UNRECOGNIZED, or None."""
+    if isinstance(info, msgspec.inspect.EnumType):
+        return where.lstrip(".") if value == UNRECOGNIZED_SYMBOL else None
+    if isinstance(info, msgspec.inspect.StructType) and isinstance(value, dict):
+        for field in info.fields:
+            if field.name in value:
+                found = _unrecognized_symbol(field.type, value[field.name], f"{where}.{field.name}")
+                if found is not None:
+                    return found
+    elif isinstance(info, msgspec.inspect.ListType) and isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _unrecognized_symbol(info.item_type, item, f"{where}.{index}")
+            if found is not None:
+                return found
+    elif isinstance(info, msgspec.inspect.UnionType):
+        for branch in info.types:
+            found = _unrecognized_symbol(branch, value, where)
+            if found is not None:
+                return found
+    return None
 
 
 def fields_of(schema: ShippedSchema, record: Mapping[str, Any]) -> dict[str, Any]:

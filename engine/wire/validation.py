@@ -1,15 +1,16 @@
 """Checks applied to a decoded record: size limits before the model, ranges after it.
 
-Pydantic checks types, enum symbols and digest formats; what it cannot express without
-changing the core models (size limits that are configuration, non-empty batches, ranges)
-lives here, so the codec stays the single gate between bytes and the fold.
+`engine.wire.values` checks types, enum symbols and digest formats; what the value types do
+not express (size limits that are configuration, non-empty batches, ranges) lives here, so the
+codec stays the single gate between bytes and the fold.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from msgspec import Struct
+from msgspec.structs import astuple
 
 from engine.core.events import Binding, IntentEvent, IntentKind, PendingRecord, ResumeEvent
 from engine.wire.limits import WireLimits
@@ -107,7 +108,7 @@ def _first_violation(record: Any, list_limits: dict[str, int], max_string: int) 
     return None
 
 
-def semantic_violation(model: BaseModel) -> str | None:
+def semantic_violation(model: Struct) -> str | None:
     """The first range or shape rule the validated model breaks, or None."""
     problem = _generic_problem(model)
     if problem is not None:
@@ -135,8 +136,8 @@ def _pending_problem(pending: PendingRecord) -> str | None:
     return None
 
 
-def _generic_problem(model: BaseModel) -> str | None:
-    fields = vars(model)  # plain dict lookups: getattr on a missing name is slow in pydantic
+def _generic_problem(model: Struct) -> str | None:
+    fields = dict(zip(model.__struct_fields__, astuple(model), strict=True))
     for name in _NON_EMPTY:
         value = fields.get(name)
         if isinstance(value, str) and not value.strip():
