@@ -1,7 +1,7 @@
 """Encode/decode throughput of the wire codec against plain ``json`` on the same content.
 
 Run from the repository root: ``.venv/bin/python -m tools.bench_codec [--seconds 1.0]``.
-Not a test: it prints records/s. "full" decode includes validation into the pydantic model,
+Not a test: it prints records/s. "full" decode includes validation into the core value,
 "raw" stops at the plain dict (fastavro record, or ``json.loads``).
 """
 

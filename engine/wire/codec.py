@@ -19,6 +19,7 @@ from fastavro import schemaless_reader, schemaless_writer
 
 from engine.core.events import AckEvent, Decision, IntentEvent, RepairEvent, ResumeEvent
 from engine.core.state import SessionState
+from engine.wire.avro_gen import Reader, UnsupportedSchemaError, Writer, reader_for, writer_for
 from engine.wire.dead_letter import DeadLetter
 from engine.wire.errors import DecodeError, DecodeReason, EncodeError, SourcePosition
 from engine.wire.framing import Framing, SingleObjectFraming
@@ -58,7 +59,8 @@ class Codec:
     """Encodes models and decodes bytes for every record type, with one framing.
 
     Thread-safe for concurrent use (it keeps no per-call state). ``framing`` defaults to
-    single-object encoding over the shipped schemas.
+    single-object encoding over the shipped schemas. ``generated=False`` keeps to the
+    reference path (fastavro and msgspec validation) that the generated one is tested against.
     """
 
     def __init__(
@@ -67,11 +69,16 @@ class Codec:
         framing: Framing | None = None,
         limits: WireLimits = DEFAULT_LIMITS,
         store: SchemaStore = SHIPPED_SCHEMAS,
+        generated: bool = True,
     ) -> None:
         self.store = store
+        self.generated = generated
         self.framing: Framing = framing if framing is not None else SingleObjectFraming(store)
         self.limits = limits
         self._record_unions: dict[tuple[RecordType, int], tuple[tuple[str, str], ...]] = {}
+        # Generated per current schema on first use; None: the generator cannot handle it.
+        self._writers: dict[RecordType, Writer | None] = {}
+        self._readers: dict[RecordType, Reader | None] = {}
 
     def encode(self, model: WireModel, *, version: int | None = None) -> bytes:
         """The framed Avro bytes of ``model``, written with the current schema.
@@ -84,6 +91,12 @@ class Codec:
             raise EncodeError(f"{type(model).__name__} has no wire record")
         if version is None:
             schema = self.store.current(record_type)
+            write = self._writer(record_type, schema)
+            if write is not None:
+                try:
+                    return self.framing.header_for(schema) + write(model)
+                except Exception:  # the reference path below names the problem
+                    pass
             return self.encode_record(schema, to_record(model))
         schema = self.store.get(record_type, version)
         # An older writer knows only its own fields: the newer ones are dropped, as it would.
@@ -216,20 +229,56 @@ class Codec:
         record: dict[str, Any] = self._read_body(writer, self.store.current(record_type), body)
         return record
 
+    def _writer(self, record_type: RecordType, schema: ShippedSchema) -> Writer | None:
+        if not self.generated:
+            return None
+        if record_type not in self._writers:
+            try:
+                self._writers[record_type] = writer_for(schema.parsed, MODEL_OF[record_type])
+            except UnsupportedSchemaError:
+                self._writers[record_type] = None
+        return self._writers[record_type]
+
+    def _reader(self, record_type: RecordType, schema: ShippedSchema) -> Reader | None:
+        if not self.generated:
+            return None
+        if record_type not in self._readers:
+            try:
+                model_type = MODEL_OF[record_type]
+                self._readers[record_type] = reader_for(schema.parsed, model_type, self.limits)
+            except UnsupportedSchemaError:
+                self._readers[record_type] = None
+        return self._readers[record_type]
+
     def _decode(self, record_type: RecordType, data: bytes) -> WireModel:
-        record = self.decode_record(record_type, data)
+        writer, body = self._split(record_type, data)
+        current = self.store.current(record_type)
+        read = self._reader(record_type, current) if writer is current else None
+        model: WireModel | None = None if read is None else read(bytes(body))
+        if model is None:
+            model = self._decode_reference(record_type, writer, current, body)
+        problem = semantic_violation(model)
+        if problem is not None:
+            raise DecodeError(DecodeReason.INVALID_FIELDS, problem)
+        return model
+
+    def _decode_reference(
+        self,
+        record_type: RecordType,
+        writer: ShippedSchema,
+        current: ShippedSchema,
+        body: memoryview,
+    ) -> WireModel:
+        """fastavro, then size limits, then msgspec validation: the path that names problems."""
+        record = self._read_body(writer, current, body)
         too_big = size_violation(record, self.limits)
         if too_big is not None:
             raise DecodeError(DecodeReason.LIMIT_EXCEEDED, too_big)
         model_type = MODEL_OF[record_type]
         try:
-            model = from_record(model_type, record)
+            return from_record(model_type, record)
         except msgspec.ValidationError as exc:
             raise _validation_error(exc, model_type, record) from exc
-        problem = semantic_violation(model)
-        if problem is not None:
-            raise DecodeError(DecodeReason.INVALID_FIELDS, problem)
-        return model
 
     def _split(self, record_type: RecordType, data: bytes) -> tuple[ShippedSchema, memoryview]:
         if not isinstance(data, bytes | bytearray | memoryview):
