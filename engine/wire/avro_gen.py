@@ -82,6 +82,7 @@ def _read_long(b: bytes, p: int) -> tuple[int, int]:
 
 _COMMON: dict[str, Any] = {
     "_long": _long,
+    "_SMALL": _SMALL,
     "_int": _int,
     "_rl": _read_long,
     "_DeclineError": _DeclineError,
@@ -147,12 +148,16 @@ class _WriterGen(_Gen):
         )
         if kind == "string":
             t = self.temp()
-            out += [f"{ind}{t} = {expr}.encode()", f"{ind}o += _long(len({t}))", f"{ind}o += {t}"]
+            out.append(f"{ind}{t} = {expr}.encode()")
+            _write_length(t, out, ind)
         elif kind == "bytes":
             t = self.temp()
-            out += [f"{ind}{t} = {expr}", f"{ind}o += _long(len({t}))", f"{ind}o += {t}"]
+            out.append(f"{ind}{t} = {expr}")
+            _write_length(t, out, ind)
         elif kind == "long":
-            out.append(f"{ind}o += _long({expr})")
+            t = self.temp()
+            out.append(f"{ind}{t} = {expr}")
+            out.append(f"{ind}o += _SMALL[{t} + 64] if -64 <= {t} < 64 else _long({t})")
         elif kind == "int":
             out.append(f"{ind}o += _int({expr})")
         elif kind == "boolean":
@@ -271,6 +276,13 @@ class _ReaderGen(_Gen):
             "observed_tail": self.limits.max_digests_per_tail,
             "trail": self.limits.max_trail_entries,
         }.get(field)
+
+
+def _write_length(data: str, out: list[str], ind: str) -> None:
+    # Most strings are shorter than 64 bytes: their length is one precomputed byte.
+    n = f"n{data}"
+    out += [f"{ind}{n} = len({data})", f"{ind}o += _SMALL[{n} + 64] if {n} < 64 else _long({n})"]
+    out.append(f"{ind}o += {data}")
 
 
 def _inline_long(target: str, out: list[str], ind: str) -> None:
