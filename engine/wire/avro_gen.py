@@ -1,8 +1,8 @@
 """Avro readers and writers generated per schema, for the hot path: value <-> body bytes.
 
 fastavro interprets a schema on every call; for records of a few hundred bytes that costs more
-than the bytes themselves. Here each current schema becomes straight-line Python (one function
-per named record) that writes a value's fields, or reads them and builds the value directly,
+than the bytes themselves. Here each current schema becomes straight-line Python (nested records
+written out inline) that writes a value's fields, or reads them and builds the value directly,
 checking on the way what decoding must check: enum symbols, digest formats, string and list
 limits, truncation and trailing bytes.
 
@@ -171,8 +171,12 @@ class _WriterGen(_Gen):
             out.append(f"{ind}    for {x} in {t}:")
             self.write(avro["items"], _list_item(info), x, out, ind + "        ")
             out.append(f"{ind}o += b'\\x00'")
-        elif kind == "record":
-            out.append(f"{ind}{self.function(avro, info)}({expr}, o)")
+        elif kind == "record":  # inline: a call per nested record costs more than its fields
+            self.named.setdefault(avro["name"], avro)
+            t = self.temp()
+            out.append(f"{ind}{t} = {expr}")
+            for field, field_avro, field_info in self.record_fields(avro, info):
+                self.write(field_avro, field_info, f"{t}.{field}", out, ind)
         elif isinstance(avro, list) and len(avro) == 2 and "null" in avro:
             other = 1 - avro.index("null")
             t = self.temp()
@@ -255,8 +259,14 @@ class _ReaderGen(_Gen):
             out.append(f"{ind}        {target}.append({x})")
             if bound is not None:
                 out.append(f"{ind}    if len({target}) > {bound}: raise _DeclineError")
-        elif kind == "record":
-            out.append(f"{ind}{target}, p = {self.function(avro, info)}(b, p)")
+        elif kind == "record":  # inline, as in the writer
+            self.named.setdefault(avro["name"], avro)
+            args = []
+            for name, field_avro, field_info in self.record_fields(avro, info):
+                value = self.temp()
+                self.read(field_avro, field_info, value, name, out, ind)
+                args.append(f"{name}={value}")
+            out.append(f"{ind}{target} = {self.const('C', info.cls)}({', '.join(args)})")
         elif isinstance(avro, list) and len(avro) == 2 and "null" in avro:
             other = 1 - avro.index("null")
             branch = self.temp()
