@@ -4,7 +4,8 @@ Given everything on the input topics and everything read_committed on the decisi
 1. every input event has exactly one answer (`decision_id == event_id`), none lost;
 2. no decision id appears twice, none duplicated;
 3. per session, replaying the inputs through the pure fold in the order the engine folded them
-   (the `source` header of each decision) yields exactly the decisions the engine published.
+   (the `source` header of each decision) yields exactly the decisions the engine published; a
+   source `watermark:<partition>:<ms>` replays the partition watermark's expiry of parked resumes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from confluent_kafka import Consumer, TopicPartition
 from engine.core.events import AckEvent, AckOutcome, Decision, Event, IntentEvent, ResumeEvent
 from engine.core.fold import fold
 from engine.core.state import SessionState
+from engine.core.watermark import expire
+from engine.runtime.task import parse_watermark_source
 from engine.settings import Settings
 from engine.wire import DecodeError, RecordType
 from tests.integration.engine_harness import CODEC, Seen
@@ -111,6 +114,12 @@ def assert_exactly_once(
         state: SessionState | None = None
         replayed: list[Decision] = []
         for source in order:
+            watermark = parse_watermark_source(source)
+            if watermark is not None:
+                assert state is not None, f"{session_id}: expired before any input"
+                state, expired = expire(state, watermark)
+                replayed.extend(expired)
+                continue
             event, offset = inputs[source]
             result = fold(state, event, offset)
             state = result.state
