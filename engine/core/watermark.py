@@ -18,8 +18,8 @@ Pure functions: the runtime keeps the value (persisted with the changelog) and p
 from __future__ import annotations
 
 from engine.core.events import Decision, Event, IntentEvent
-from engine.core.resumes import expire_parked
-from engine.core.state import PARK_MS, SessionState
+from engine.core.parked import expire_overdue, wait_deadline
+from engine.core.state import SessionState
 
 NO_WATERMARK = -1
 """No intent folded on the partition yet."""
@@ -33,15 +33,14 @@ def advance(watermark: int, event: Event) -> int:
 
 
 def park_deadline(state: SessionState | None) -> int | None:
-    """The watermark at which the session's earliest parked resume is answered; None if none."""
-    if state is None or not state.parked_resumes:
-        return None
-    return min(p.resume.event_time_ms for p in state.parked_resumes) + PARK_MS
+    """The watermark at which the session's earliest waiting input is answered; None if none
+    (a parked resume, or an ack or re-arm of a retry in place: `parked.wait_deadline`)."""
+    return None if state is None else wait_deadline(state)
 
 
 def expire(state: SessionState, watermark: int) -> tuple[SessionState, list[Decision]]:
-    """Final answers (WITHHELD INTENT_NEVER_ARRIVED) of the resumes overdue at `watermark`."""
+    """Final answers of the inputs overdue at `watermark` (`parked.expire_overdue`)."""
     deadline = park_deadline(state)
     if deadline is None or deadline > watermark:
         return state, []
-    return expire_parked(state, watermark)
+    return expire_overdue(state, watermark)
