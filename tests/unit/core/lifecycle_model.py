@@ -360,6 +360,7 @@ class World:
             return
         k = runner.held
         intent_id = f"w{k}"
+        self.sequence += 1  # every intent takes the next number, as the client counts
         if drop:
             self._intent(runner, IntentKind.DISCARD, intent_id, self.batch_items[k], None)
             self.started.discard(k)
