@@ -275,6 +275,32 @@ class Engine:
                 headers=[("source", source)],
             )
         self._txn_event_times.append(event.event_time_ms)
+        self._answer_overdue(txn, task)
+
+    def _answer_overdue(self, txn: Transaction, task: PartitionTask) -> None:
+        """Parked resumes the partition's intents watermark has passed get their final answer
+        (engine/core/watermark.py), with a `source` naming that watermark for replays."""
+        expired = task.expire_overdue(self.codec.encode)
+        if not expired:
+            return
+        source = task.watermark_source()
+        self.metrics.count_decisions(d for d, _ in expired)
+        for decision, payload in expired:
+            oplog.emit(
+                "alert_raised",
+                session=decision.session_id,
+                reason=decision.reason,
+                verdict=decision.verdict,
+                decision=decision.decision_id,
+                source=source,
+            )
+            txn.produce(
+                self.topics.decisions,
+                decision.session_id.encode(),
+                payload,
+                Step.FOLD,
+                headers=[("source", source.encode())],
+            )
 
     def _dead_letter(self, txn: Transaction, message: Message, rejected: Rejected) -> None:
         """A dead letter is bounded (an excerpt), and a producer error on it is never fatal:

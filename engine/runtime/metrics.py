@@ -163,6 +163,10 @@ class EngineMetrics:
         """Tally one folded input and its decisions (published by `flush`)."""
         events = self._events_tally
         events[topic, kind] = events.get((topic, kind), 0) + 1
+        self.count_decisions(decisions)
+
+    def count_decisions(self, decisions: Iterable[Decision]) -> None:
+        """Tally decisions that answer no input folded now (the watermark's final answers)."""
         tally = self._decisions_tally
         for decision in decisions:
             key = (decision.verdict, decision.reason, decision.alert)
