@@ -53,6 +53,9 @@ class Settings(BaseModel):
     read_cache_mb: int = Field(default=256, ge=1, le=65_536)
     # `reconciler run` restarts a dead engine after 0.5 s, doubling per quick failure up to this.
     restart_backoff_max_s: float = Field(default=30.0, ge=0.0, le=600.0)
+    # After a fatal Kafka error the engine rejoins with new clients after 0.5 s, doubling per
+    # rejoin in a row with no committed transaction in between, up to this.
+    rejoin_backoff_max_s: float = Field(default=30.0, ge=0.0, le=600.0)
     # "json": every log line is one JSON object (engine/oplog.py); "text": plain lines.
     log_format: Literal["text", "json"] = "text"
     # Confluent-compatible Schema Registry: inputs framed with its 5-byte header (magic 00 +

@@ -14,6 +14,7 @@ import os
 import signal
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -29,6 +30,7 @@ from engine.runtime.metrics import DEAD_LETTER_REFUSED, EngineMetrics
 from engine.runtime.protocol import Step
 from engine.runtime.state_codec import StateFormatError
 from engine.runtime.store import LocalStore
+from engine.runtime.supervisor import Backoff
 from engine.runtime.task import InputFailedError, PartitionTask, pending_header
 from engine.runtime.transaction import (
     CALL_TIMEOUT_S,
@@ -80,7 +82,19 @@ def _log_for_operator(event: Event, decisions: tuple[Decision, ...], source: str
 
 
 CONSUME_BATCH = 1_000
-RETRY_S = 2.0
+REJOIN_INITIAL_S = 0.5
+"""The first pause before new clients rejoin; it doubles per rejoin that follows another with
+no committed transaction in between, up to `rejoin_backoff_max_s`."""
+PAUSE_SLICE_S = 0.2  # a pause checks for stop() this often (a signal handler cannot wake it)
+# Consumer errors that librdkafka reports as non-fatal but that no retry inside the same clients
+# fixes (an ACL changed under us): rejoin with new clients, backing off, so the log counts them.
+REJOIN_CODES = frozenset(
+    {
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    }
+)
 
 
 class Engine:
@@ -94,6 +108,7 @@ class Engine:
         metrics: EngineMetrics | None = None,
         clients: ClientFactory | None = None,
         watchdog: Watchdog | None = None,
+        pause: Callable[[float], None] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = settings.topics
@@ -111,6 +126,10 @@ class Engine:
         self._txn: Transaction | None = None
         self._txn_event_times: list[int] = []
         self._state_root = Path(settings.state_dir) / settings.group_id / settings.topic_prefix
+        self.backoff = Backoff(initial_s=REJOIN_INITIAL_S, max_s=settings.rejoin_backoff_max_s)
+        self.pause = pause or self._pause_unless_stopped
+        self.rejoins = 0  # rejoins in this process (the log's counter)
+        self._committed_since_rejoin = False
 
     @property
     def tasks(self) -> dict[int, PartitionTask]:
@@ -142,21 +161,30 @@ class Engine:
         self.metrics.last_progress.set(self.watchdog.last_progress_wall)
 
     def run(self) -> None:
-        """The outer loop: a fatal error recreates the clients and rejoins; stop() ends it."""
+        """The outer loop: a fatal error recreates the clients and rejoins, backing off while
+        rejoins fail in a row; stop() ends it."""
+        failures = 0  # rejoins in a row with no committed transaction in between
         while not self._stopping:
+            if failures:
+                self._back_off(failures)
+                if self._stopping:
+                    break
             self._progress()  # trying to start counts: a restart would not reach Kafka sooner
+            self._committed_since_rejoin = False
             try:
                 consumer, txn = self._create_clients()
             except (KafkaException, RejoinError, AbortableError) as exc:
-                log.error("cannot start the Kafka clients (%s); retrying in %.0fs", exc, RETRY_S)
-                time.sleep(RETRY_S)
+                log.error("cannot start the Kafka clients: %s", exc)
+                failures += 1
                 continue
             self._consumer, self._txn = consumer, txn
+            failed = True
             try:
                 self._loop(consumer, txn)
                 self._commit(txn)  # stop requested: drain (steps 3-6), then leave
                 if txn.open:
                     log.warning("shutdown: last transaction aborted; its inputs are read again")
+                failed = False
             except (RejoinError, KafkaException, TimeoutError) as exc:
                 # Fatal or unclassified (librdkafka: treat as fatal), or a restore that could not
                 # finish: drop every task and rejoin with new clients.
@@ -164,16 +192,35 @@ class Engine:
                 log.error("fatal Kafka error, recreating clients and rejoining: %s", exc)
                 self._drop_all_tasks()
             except (StateFormatError, sqlite3.Error) as exc:
-                # Unreadable state or a failing local disk: not Kafka's fault, and retrying at
-                # once would fail the same way. Stay up (metrics, probes) and retry slowly.
+                # Unreadable state or a failing local disk: not Kafka's fault. Stay up (metrics,
+                # probes) and rejoin after the backoff: at once would fail the same way.
                 self.metrics.aborts.labels(kind="state").inc()
-                log.error("local state failure, rejoining in %.0fs: %s", RETRY_S * 5, exc)
+                log.error("local state failure, rejoining: %s", exc)
                 self._drop_all_tasks()
-                time.sleep(RETRY_S * 5)
             finally:
                 self._close(consumer, txn)
                 self._consumer, self._txn = None, None
+            if failed:
+                failures = 1 if self._committed_since_rejoin else failures + 1
         self.metrics.set_ready(False)
+
+    def _back_off(self, failures: int) -> None:
+        delay = self.backoff.delay(failures)
+        self.rejoins += 1
+        self.metrics.rejoins.inc()
+        log.error(
+            "rejoin #%d (%d in a row without a commit) in %.1fs",
+            self.rejoins,
+            failures,
+            delay,
+        )
+        self.pause(delay)
+
+    def _pause_unless_stopped(self, seconds: float) -> None:
+        until = time.monotonic() + seconds
+        while not self._stopping and (left := until - time.monotonic()) > 0:
+            self._progress()  # waiting on purpose is not a hang: liveness stays up
+            time.sleep(min(PAUSE_SLICE_S, left))
 
     def _create_clients(self) -> tuple[ConsumerLike, Transaction]:
         txn = Transaction(self.factory.producer(self.settings), self.watchdog, self.budget_s)
@@ -234,6 +281,11 @@ class Engine:
             # arrives as code _FATAL without fatal() set on the message error.
             if error.fatal() or error.code() == KafkaError._FATAL:
                 raise RejoinError(str(error))
+            if error.code() in REJOIN_CODES:
+                raise RejoinError(
+                    f"{error}: grant the engine's principal access to its group, input topics "
+                    "and transactional id (README, Security)"
+                )
             log.warning("consumer error (librdkafka retries): %s", error)
             return
         topic, partition = message.topic() or "", message.partition() or 0
@@ -325,6 +377,7 @@ class Engine:
         for event_time in self._txn_event_times:
             self.metrics.decision_latency.observe(max(0.0, (now_ms - event_time) / 1000))
         self._txn_event_times.clear()
+        self._committed_since_rejoin = True
         with self.watchdog.guard(Step.PERSIST_LOCALLY, self.budget_s, self.tasks):
             for task in committing:  # step 6
                 task.persist()

@@ -109,6 +109,11 @@ class EngineMetrics:
             "Times the supervisor restarted the engine process before this one",
             registry=r,
         )
+        self.rejoins = Counter(
+            "reconciler_rejoins",
+            "Times this process recreated its Kafka clients and rejoined after a fatal error",
+            registry=r,
+        )
         self.sessions_by_health = Gauge(
             "reconciler_sessions_by_health",
             "Sessions in local state by health (AMBIGUOUS and VIOLATED wait for a repair)",

@@ -29,7 +29,7 @@ EVENTS = workload(12, seed=5)
 
 @pytest.fixture(autouse=True)
 def _no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_module, "RETRY_S", 0.0)
+    monkeypatch.setattr(engine_module, "REJOIN_INITIAL_S", 0.0)
 
 
 def _settings(tmp_path: Path) -> Settings:
