@@ -49,6 +49,11 @@ class Settings(BaseModel):
     # completed loop iteration (the chart's liveness probe is derived from the same value).
     watchdog_margin_s: float = Field(default=30.0, ge=1.0, le=600.0)
     liveness_timeout_s: float = Field(default=60.0, ge=1.0, le=3_600.0)
+    # Inputs are folded in event-time order across the topics of a partition: a record waits
+    # for the other topics' records (or their end) at most this long once nothing more is
+    # fetched; an input partition whose buffer holds this many records is paused meanwhile.
+    order_wait_ms: int = Field(default=50, ge=0, le=10_000)
+    order_max_buffered: int = Field(default=500, ge=1, le=100_000)
     # Decoded committed states kept in memory, all tasks together (estimated bytes, LRU).
     read_cache_mb: int = Field(default=256, ge=1, le=65_536)
     # `reconciler run` restarts a dead engine after 0.5 s, doubling per quick failure up to this.

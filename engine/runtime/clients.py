@@ -60,6 +60,7 @@ class ConsumerLike(Protocol):
     ) -> list[TopicPartition]: ...
     def seek(self, partition: TopicPartition) -> None: ...
     def pause(self, partitions: list[TopicPartition]) -> None: ...
+    def resume(self, partitions: list[TopicPartition]) -> None: ...
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]: ...
     def get_watermark_offsets(
         self, partition: TopicPartition, timeout: float = -1, cached: bool = False
@@ -110,6 +111,9 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
+            # The end of an input partition tells the event-time ordering (ordering.py) that
+            # nothing unread is there to wait for.
+            "enable.partition.eof": True,
             # Pre-fetched records wait in librdkafka's queue and then as Python bytes in one
             # consume() batch: bound both by bytes (default 64 MB of queue; a batch of 1,000
             # records near the 1 MB record limit would be 1 GB), or large inputs grow RSS.

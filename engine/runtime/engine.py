@@ -27,6 +27,7 @@ from engine.runtime.assignment import Assignment
 from engine.runtime.clients import ClientFactory, ConsumerLike, KafkaClients
 from engine.runtime.ingest import Ingest, Rejected
 from engine.runtime.metrics import DEAD_LETTER_REFUSED, EngineMetrics
+from engine.runtime.ordering import FIRST, Buffered, InputOrder
 from engine.runtime.protocol import Step
 from engine.runtime.state_codec import StateFormatError
 from engine.runtime.store import LocalStore
@@ -82,6 +83,7 @@ def _log_for_operator(event: Event, decisions: tuple[Decision, ...], source: str
 
 
 CONSUME_BATCH = 1_000
+Consumed = tuple[Message, Event | Rejected]  # a record and what it decoded to
 REJOIN_INITIAL_S = 0.5
 """The first pause before new clients rejoin; it doubles per rejoin that follows another with
 no committed transaction in between, up to `rejoin_backoff_max_s`."""
@@ -120,6 +122,9 @@ class Engine:
         self.metrics.liveness = self.alive
         self.ingest = Ingest(self.codec, self.topics, settings.partitions)
         self.owned = Assignment(self.topics.inputs)
+        self.order: InputOrder[Consumed] = InputOrder(
+            self.topics.inputs, settings.order_wait_ms / 1000, settings.order_max_buffered
+        )
         self._stopping = False
         self._rejoin_requested = False
         self._consumer: ConsumerLike | None = None
@@ -246,37 +251,64 @@ class Engine:
 
     def _loop(self, consumer: ConsumerLike, txn: Transaction) -> None:
         last_commit = time.monotonic()
-        # consume() waits for a full batch or the timeout: keep the wait well under the commit
-        # interval, or a quiet topic adds the whole timeout to every decision's latency.
+        # An idle consume() waits for the first record at most this long: well under the
+        # commit interval, or a quiet topic adds the whole wait to every decision's latency.
         wait_s = min(0.1, self.settings.commit_interval_ms / 2000)
+        stage = self.metrics.stage_seconds
         while not self._stopping:
+            started = time.monotonic()
             with self.watchdog.guard("poll", self.budget_s, self.tasks):
-                messages = consumer.consume(CONSUME_BATCH, timeout=wait_s)
+                messages, drained = self._consume(consumer, wait_s)
+            consumed = time.monotonic()
+            stage.labels(stage="consume_wait").observe(consumed - started)
             if self._rejoin_requested:  # set by a callback that ran inside consume()
                 self._rejoin_requested = False
                 raise RejoinError("the assignment was lost or a revoke-time commit failed")
             try:
                 for message in messages:
-                    self._handle(txn, message)
+                    self._take(message)
+                for record in self.order.ready(consumed, drained):
+                    self._handle(txn, record)
             except AbortableError as exc:
                 self._abort(txn, str(exc))
                 self._progress()
                 continue
             finally:
                 self.metrics.flush()
+            self._apply_flow(consumer)
+            if messages or txn.open:
+                stage.labels(stage="fold").observe(time.monotonic() - consumed)
             self.metrics.maybe_observe_lag(consumer, self.tasks, self.topics.inputs)
             self.metrics.maybe_observe_sessions(self.tasks.values())
+            # Commit as soon as the consumed records are folded (librdkafka's queue was
+            # drained: nothing waits behind them), else at the interval or the size bound.
             due = (time.monotonic() - last_commit) * 1000 >= self.settings.commit_interval_ms
-            if txn.open and (due or self.owned.folded() >= self.settings.commit_max_events):
+            full = self.owned.folded() >= self.settings.commit_max_events
+            if txn.open and (drained or due or full):
                 self._commit(txn)
                 last_commit = time.monotonic()
             elif not txn.open:
                 last_commit = time.monotonic()
             self._progress()
 
-    def _handle(self, txn: Transaction, message: Message) -> None:
+    @staticmethod
+    def _consume(consumer: ConsumerLike, wait_s: float) -> tuple[list[Message], bool]:
+        """What librdkafka has queued; if nothing, wait up to `wait_s` for the first record
+        (consume(n) would wait for all n). True with it when the local queue was drained."""
+        messages = consumer.consume(CONSUME_BATCH, timeout=0)
+        if not messages:
+            messages = consumer.consume(1, timeout=wait_s)
+            if messages:
+                messages += consumer.consume(CONSUME_BATCH - 1, timeout=0)
+        return messages, len(messages) < CONSUME_BATCH
+
+    def _take(self, message: Message) -> None:
+        """Decode one consumed record into the task's time-ordered buffer (ordering.py)."""
         error = message.error()
         if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                self.order.at_end(message.topic() or "", message.partition() or 0)
+                return
             # A consumer's fatal error (e.g. a static member fenced after a broker restart)
             # arrives as code _FATAL without fatal() set on the message error.
             if error.fatal() or error.code() == KafkaError._FATAL:
@@ -290,12 +322,27 @@ class Engine:
             return
         topic, partition = message.topic() or "", message.partition() or 0
         offset = message.offset() or 0
+        if not self.owned.fresh(topic, partition, offset):
+            return  # a leftover of an incomplete task or a record folded already
+        outcome = self.ingest.accept(message)
+        at = FIRST if isinstance(outcome, Rejected) else outcome.event_time_ms
+        self.order.push(Buffered(topic, partition, offset, at, (message, outcome)))
+
+    def _apply_flow(self, consumer: ConsumerLike) -> None:
+        flow = self.order.flow()
+        if flow.pause:
+            consumer.pause([TopicPartition(t, p) for t, p in flow.pause])
+        if flow.resume:
+            consumer.resume([TopicPartition(t, p) for t, p in flow.resume])
+
+    def _handle(self, txn: Transaction, record: Buffered[Consumed]) -> None:
+        message, outcome = record.item
+        topic, partition, offset = record.topic, record.partition, record.offset
         task = self.owned.claim(topic, partition, offset)
         if task is None:
             return
         txn.partitions = tuple(self.tasks)
         txn.begin()
-        outcome = self.ingest.accept(message)
         if isinstance(outcome, Rejected):
             self._dead_letter(txn, message, outcome)
             return
@@ -353,6 +400,7 @@ class Engine:
         if not txn.open:
             return
         committing = tasks if tasks is not None else list(self.tasks.values())
+        started = time.monotonic()
         try:
             for task in committing:  # step 3
                 for write in task.changelog_records():
@@ -365,15 +413,17 @@ class Engine:
                         headers=pending_header(write),
                         on_delivery=_changelog_delivered(task),
                     )
-            started = time.monotonic()
             assert self._consumer is not None
             consumer = self._consumer
             txn.commit(self.owned.positions(), consumer.consumer_group_metadata)  # steps 4-5
         except AbortableError as exc:
             self._abort(txn, str(exc))
             return
-        now_ms = time.time() * 1000
-        self.metrics.commit_seconds.observe(time.monotonic() - started)
+        now_ms, done = time.time() * 1000, time.monotonic()
+        stage = self.metrics.stage_seconds
+        stage.labels(stage="produce").observe(txn.flushed_at - started)  # steps 3 and 4 flush
+        stage.labels(stage="commit").observe(done - txn.flushed_at)  # send offsets, commit
+        self.metrics.commit_seconds.observe(done - started)
         for event_time in self._txn_event_times:
             self.metrics.decision_latency.observe(max(0.0, (now_ms - event_time) / 1000))
         self._txn_event_times.clear()
@@ -391,7 +441,10 @@ class Engine:
         self._txn_event_times.clear()
         self.owned.discard_uncommitted()
         assert self._consumer is not None
+        held = self.order.drop(list(self.tasks))  # read again from the committed offsets
         self._rewind(self._consumer, list(self.tasks))
+        if held:
+            self._consumer.resume([TopicPartition(t, p) for t, p in held])
 
     def _rewind(self, consumer: ConsumerLike, partitions: list[int]) -> None:
         wanted = self.owned.wanted(partitions)
@@ -468,6 +521,7 @@ class Engine:
                 self._drop_all_tasks()
                 self._rejoin_requested = True
         self.owned.release(partitions)
+        self.order.drop({tp.partition for tp in partitions})
         if not self.tasks:
             self.metrics.set_ready(False)
 
@@ -484,9 +538,11 @@ class Engine:
             except (RejoinError, KafkaException) as exc:
                 log.warning("abort after a lost assignment failed (rejoining anyway): %s", exc)
         self.owned.release(partitions)
+        self.order.drop({tp.partition for tp in partitions})
 
     def _drop_all_tasks(self) -> None:
         self.owned.drop_all()
+        self.order.clear()
         if self._txn is not None and self._txn.open:
             self._txn.status = TxnStatus.FAILED  # dropped with its clients, never flushed
         self._txn_event_times.clear()

@@ -75,6 +75,7 @@ class Transaction:
         self.budget_s = budget_s  # the watchdog's bound on any one call
         self.status = TxnStatus.NONE
         self.started = 0.0
+        self.flushed_at = 0.0  # when step 4's flush returned (the per-stage histogram)
         self.partitions: tuple[int, ...] = ()  # for the watchdog's report
 
     @property
@@ -157,6 +158,7 @@ class Transaction:
         self.status = TxnStatus.COMMITTING
         deadline = time.monotonic() + STEP_DEADLINE_S
         self.call(f"{Step.OFFSETS} flush", self._flush, deadline)
+        self.flushed_at = time.monotonic()
         if offsets:
             metadata = group_metadata()
             self.call(
