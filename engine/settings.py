@@ -54,8 +54,14 @@ class Settings(BaseModel):
     # fetched; an input partition whose buffer holds this many records is paused meanwhile.
     order_wait_ms: int = Field(default=50, ge=0, le=10_000)
     order_max_buffered: int = Field(default=500, ge=1, le=100_000)
-    # Decoded committed states kept in memory, all tasks together (estimated bytes, LRU).
+    # Memory bounds (README, "Memory"). Decoded committed states kept in memory, all tasks
+    # together (estimated bytes, LRU); librdkafka's pre-fetched input records (fetch.max.bytes
+    # is half of it; the restore consumer gets the same); the producer's local queue (a full
+    # queue waits for deliveries); SQLite's page cache, all local stores together.
     read_cache_mb: int = Field(default=256, ge=1, le=65_536)
+    fetch_queue_mb: int = Field(default=16, ge=1, le=2_048)
+    producer_queue_mb: int = Field(default=32, ge=4, le=2_048)
+    store_cache_mb: int = Field(default=8, ge=1, le=4_096)
     # `reconciler run` restarts a dead engine after 0.5 s, doubling per quick failure up to this.
     restart_backoff_max_s: float = Field(default=30.0, ge=0.0, le=600.0)
     # After a fatal Kafka error the engine rejoins with new clients after 0.5 s, doubling per

@@ -475,7 +475,12 @@ class Engine:
             committed = consumer.committed(self.owned.wanted(complete), timeout=settle_s)
         self.owned.start_at(committed)
         started = time.monotonic()
-        stores = {p: LocalStore(self._state_root / f"p{p}.sqlite") for p in complete}
+        # A process can hold every partition: each task gets its share of the memory bounds.
+        share = self.settings.partitions
+        cache_kib = self.settings.store_cache_mb * 1024 // share
+        stores = {
+            p: LocalStore(self._state_root / f"p{p}.sqlite", cache_kib=cache_kib) for p in complete
+        }
         try:
             with self.watchdog.guard(Step.RESTORE_DELTA, self.budget_s, complete):
                 reports = self.factory.restore(self.settings, stores, self._restore_progress)
@@ -496,10 +501,7 @@ class Engine:
                 PartitionTask(
                     partition=report.partition,
                     store=stores[report.partition],
-                    # A process can hold every partition: each task gets its share.
-                    read_cache_bytes=self.settings.read_cache_mb
-                    * 2**20
-                    // self.settings.partitions,
+                    read_cache_bytes=self.settings.read_cache_mb * 2**20 // share,
                 )
             )
         self.metrics.restore_seconds.observe(time.monotonic() - started)

@@ -1,0 +1,30 @@
+"""Every memory bound is a setting and reaches the client or store it bounds (README,
+"Memory"); the chart's memory limit leaves room for their sum."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.runtime.clients import consumer_config, producer_config
+from engine.runtime.store import LocalStore
+from engine.settings import load_settings
+
+
+def test_librdkafka_queues_are_bounded_by_the_settings() -> None:
+    settings = load_settings(environ={}, fetch_queue_mb=8, producer_queue_mb=24)
+    consumer = consumer_config(settings)
+    assert consumer["queued.max.messages.kbytes"] == 8 * 1024
+    assert consumer["fetch.max.bytes"] == 4 * 2**20
+    assert producer_config(settings)["queue.buffering.max.kbytes"] == 24 * 1024
+
+
+def test_the_defaults_are_far_below_librdkafkas() -> None:
+    settings = load_settings(environ={})
+    assert consumer_config(settings)["queued.max.messages.kbytes"] == 16 * 1024  # not 64 MB
+    assert producer_config(settings)["queue.buffering.max.kbytes"] == 32 * 1024  # not 1 GB
+
+
+def test_the_sqlite_page_cache_is_bounded(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "p0.sqlite", cache_kib=512)
+    assert store._db.execute("PRAGMA cache_size").fetchone()[0] == -512
+    store.close()
