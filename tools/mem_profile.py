@@ -65,6 +65,32 @@ def rss_mb() -> float:
     return 0.0
 
 
+def smaps_mb() -> dict[str, float]:
+    """RSS by kind of mapping: the main malloc heap (brk), maps starting on a 64 MB boundary
+    (glibc's per-thread arenas: librdkafka's threads), other anonymous maps (pymalloc arenas,
+    large allocations), and files (code, SQLite if mapped)."""
+    kinds: dict[str, float] = {}
+    name, start = "", 0
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            start = int(head[0].split("-")[0], 16)
+            name = head[5] if len(head) > 5 else ""
+        elif head and head[0] == "Rss:":
+            if name == "[heap]":
+                kind = "heap"
+            elif name.startswith("/"):
+                kind = "files"
+            elif name:
+                kind = "other"
+            elif start % (64 * MB) == 0:
+                kind = "thread arenas"
+            else:
+                kind = "anon"
+            kinds[kind] = kinds.get(kind, 0.0) + int(head[1]) / 1024
+    return kinds
+
+
 def malloc_mb() -> tuple[float, float, float]:
     """glibc: bytes in use (arenas), free but held by the arenas, and in mmapped chunks."""
     libc = _libc()
@@ -106,6 +132,7 @@ def report(label: str, engine: Engine) -> None:
         f"read cache (estimated) {cache:.0f} MB | buffered inputs {len(engine.order)}",
         flush=True,
     )
+    print("  RSS by mapping:", ", ".join(f"{k} {v:.0f} MB" for k, v in sorted(smaps_mb().items())))
     print("  top gc-tracked types:", ", ".join(f"{n} {c}" for n, c in types.most_common(6)))
 
 
