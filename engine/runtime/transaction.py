@@ -127,12 +127,12 @@ class Transaction:
         **extra: Any,
     ) -> bool:
         """Queue one record in the open transaction; a full queue waits for deliveries.
-        An `optional` record (a dead letter) refused for itself, neither fatal nor abortable
+        produce() itself never blocks: the caller guards a whole batch of them. An
+        `optional` record (a dead letter) refused for itself, neither fatal nor abortable
         (e.g. too large), is logged and skipped: returns False."""
         while True:
             try:
-                with self.watchdog.guard(f"{step} produce", self.budget_s, self.partitions):
-                    self.producer.produce(topic, key=key, value=value, **extra)
+                self.producer.produce(topic, key=key, value=value, **extra)
                 return True
             except BufferError:
                 self.call(f"{step} produce (queue full)", lambda _: self.producer.poll(0.05))

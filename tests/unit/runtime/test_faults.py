@@ -172,7 +172,7 @@ def test_a_call_that_never_returns_is_cut_by_the_watchdog(
     assert not thread.is_alive()
     assert expired is not None
     assert reported == [expired]
-    names = {"A1": "A1", "A2": "A2", "begin": "1", "produce": "2 produce", "flush": "4 flush"}
+    names = {"A1": "A1", "A2": "A2", "begin": "1", "produce": "2 fold", "flush": "4 flush"}
     names |= {"offsets": "4 send_offsets", "commit": "5", "persist": "6"}
     assert expired.step == names[step]
     assert runs
