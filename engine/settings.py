@@ -62,6 +62,10 @@ class Settings(BaseModel):
     fetch_queue_mb: int = Field(default=16, ge=1, le=2_048)
     producer_queue_mb: int = Field(default=32, ge=4, le=2_048)
     store_cache_mb: int = Field(default=8, ge=1, le=4_096)
+    # glibc: the engine child's MALLOC_ARENA_MAX (0: glibc's default of 8 per core) and how
+    # often the loop hands freed memory back with malloc_trim (0: never). engine/runtime/memory.py
+    malloc_arena_max: int = Field(default=2, ge=0, le=64)
+    memory_trim_interval_s: float = Field(default=10.0, ge=0.0, le=3_600.0)
     # `reconciler run` restarts a dead engine after 0.5 s, doubling per quick failure up to this.
     restart_backoff_max_s: float = Field(default=30.0, ge=0.0, le=600.0)
     # After a fatal Kafka error the engine rejoins with new clients after 0.5 s, doubling per

@@ -26,6 +26,7 @@ from engine.core.events import Decision, Event, RepairEvent
 from engine.runtime.assignment import Assignment
 from engine.runtime.clients import ClientFactory, ConsumerLike, KafkaClients
 from engine.runtime.ingest import Ingest, Rejected
+from engine.runtime.memory import Trimmer
 from engine.runtime.metrics import DEAD_LETTER_REFUSED, EngineMetrics
 from engine.runtime.ordering import FIRST, Buffered, InputOrder
 from engine.runtime.protocol import Step
@@ -134,6 +135,7 @@ class Engine:
         self.backoff = Backoff(initial_s=REJOIN_INITIAL_S, max_s=settings.rejoin_backoff_max_s)
         self.pause = pause or self._pause_unless_stopped
         self.rejoins = 0  # rejoins in this process (the log's counter)
+        self.trimmer = Trimmer(settings.memory_trim_interval_s)
         self._committed_since_rejoin = False
 
     @property
@@ -292,6 +294,7 @@ class Engine:
                 last_commit = time.monotonic()
             elif not txn.open:
                 last_commit = time.monotonic()
+            self.trimmer.maybe_trim(time.monotonic())
             self._progress()
 
     @staticmethod
@@ -366,8 +369,9 @@ class Engine:
             self._dead_letter(txn, message, self.ingest.failed(message, failed.cause))
             return
         self.metrics.count_fold(topic, self.ingest.kind_of(event), decisions)
-        _log_for_operator(event, decisions, f"{topic}/{partition}/{offset}")
-        source = f"{topic}/{partition}/{offset}".encode()
+        where = f"{topic}/{partition}/{offset}"
+        _log_for_operator(event, decisions, where)
+        source = where.encode()
         for decision, payload in zip(decisions, payloads, strict=True):
             txn.produce(
                 self.topics.decisions,

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from engine.runtime.clients import consumer_config, producer_config
+from engine.runtime.memory import ARENA_ENV, Trimmer, child_env
 from engine.runtime.store import LocalStore
 from engine.settings import load_settings
 
@@ -28,3 +30,20 @@ def test_the_sqlite_page_cache_is_bounded(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "p0.sqlite", cache_kib=512)
     assert store._db.execute("PRAGMA cache_size").fetchone()[0] == -512
     store.close()
+
+
+def test_the_engine_child_gets_malloc_arena_max_unless_the_operator_set_it() -> None:
+    assert child_env({"PATH": "/bin"}, 2) == {"PATH": "/bin", ARENA_ENV: "2"}
+    assert child_env({ARENA_ENV: "4"}, 2) == {ARENA_ENV: "4"}
+    assert ARENA_ENV not in child_env({}, 0), "0 leaves glibc's default"
+
+
+def test_trims_at_most_once_per_interval() -> None:
+    trimmer = Trimmer(interval_s=10.0)
+    start = time.monotonic()
+    assert not trimmer.maybe_trim(start + 1.0)
+    assert trimmer.maybe_trim(start + 11.0)
+    assert not trimmer.maybe_trim(start + 12.0)
+    assert trimmer.maybe_trim(start + 21.5)
+    assert trimmer.trims == 2
+    assert not Trimmer(interval_s=0).maybe_trim(start + 1e6), "0 disables it"
