@@ -58,7 +58,7 @@ class Settings(BaseModel):
     # together (estimated bytes, LRU); librdkafka's pre-fetched input records (fetch.max.bytes
     # is half of it; the restore consumer gets the same); the producer's local queue (a full
     # queue waits for deliveries); SQLite's page cache, all local stores together.
-    read_cache_mb: int = Field(default=256, ge=1, le=65_536)
+    read_cache_mb: int = Field(default=64, ge=1, le=65_536)
     fetch_queue_mb: int = Field(default=16, ge=1, le=2_048)
     producer_queue_mb: int = Field(default=32, ge=4, le=2_048)
     store_cache_mb: int = Field(default=8, ge=1, le=4_096)

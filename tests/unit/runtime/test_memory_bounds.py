@@ -1,5 +1,5 @@
 """Every memory bound is a setting and reaches the client or store it bounds (README,
-"Memory"); the chart's memory limit leaves room for their sum."""
+"Memory"); the chart's memory request and limit leave room for their sum."""
 
 from __future__ import annotations
 
@@ -10,6 +10,11 @@ from engine.runtime.clients import consumer_config, producer_config
 from engine.runtime.memory import ARENA_ENV, Trimmer, child_env
 from engine.runtime.store import LocalStore
 from engine.settings import load_settings
+from tests.helm_render import engine_env, one, render
+
+BASE_MB = 90
+"""The interpreter, librdkafka and the code at rest (tools/mem_profile.py: 54 MB at start, a
+little more once the clients' threads and buffers are up)."""
 
 
 def test_librdkafka_queues_are_bounded_by_the_settings() -> None:
@@ -47,3 +52,25 @@ def test_trims_at_most_once_per_interval() -> None:
     assert trimmer.maybe_trim(start + 21.5)
     assert trimmer.trims == 2
     assert not Trimmer(interval_s=0).maybe_trim(start + 1e6), "0 disables it"
+
+
+def _mib(quantity: str) -> int:
+    number, unit = int(quantity[:-2]), quantity[-2:]
+    return number * {"Mi": 1, "Gi": 1024}[unit]
+
+
+def test_the_charts_memory_request_and_limit_cover_the_configured_bounds() -> None:
+    manifests = render()
+    settings = load_settings(None, engine_env(manifests))
+    assert settings.malloc_arena_max == 2
+    pod = one(manifests, "StatefulSet")["spec"]["template"]["spec"]
+    (engine,) = (c for c in pod["containers"] if c["name"] == "engine")
+    bounds = (
+        BASE_MB
+        + 2 * settings.read_cache_mb
+        + settings.fetch_queue_mb
+        + settings.producer_queue_mb
+        + settings.store_cache_mb
+    )
+    assert _mib(engine["resources"]["requests"]["memory"]) >= bounds
+    assert _mib(engine["resources"]["limits"]["memory"]) >= bounds * 3 // 2
