@@ -72,9 +72,10 @@ class InputFailedError(Exception):
         self.cause = cause
 
 
-DECODED_BYTES_PER_ENCODED = 16
-"""A decoded state takes about 14.5 times its Avro bytes in memory (tracemalloc over 2,000
-workload sessions: 384 B encoded, 5.6 KB decoded); the read cache weighs entries by this."""
+DECODED_BYTES_PER_ENCODED = 6
+"""A decoded state takes about 5.2 times its Avro bytes in memory (tracemalloc over 3,000
+workload sessions: 403 B encoded, 2.1 KB decoded as msgspec structs; 14.5 as pydantic models);
+the read cache weighs entries by this (tests/unit/runtime/test_memory_bounds.py holds it)."""
 READ_CACHE_BYTES = 32 * 2**20
 
 

@@ -3,14 +3,21 @@
 
 from __future__ import annotations
 
+import gc
 import time
+import tracemalloc
 from pathlib import Path
 
+from engine.core.fold import fold
+from engine.core.state import SessionState
 from engine.runtime.clients import consumer_config, producer_config
 from engine.runtime.memory import ARENA_ENV, Trimmer, child_env
+from engine.runtime.state_codec import decode_state, encode_state
 from engine.runtime.store import LocalStore
+from engine.runtime.task import DECODED_BYTES_PER_ENCODED
 from engine.settings import load_settings
 from tests.helm_render import engine_env, one, render
+from tests.integration.exactly_once import workload
 
 BASE_MB = 90
 """The interpreter, librdkafka and the code at rest (tools/mem_profile.py: 54 MB at start, a
@@ -74,3 +81,25 @@ def test_the_charts_memory_request_and_limit_cover_the_configured_bounds() -> No
     )
     assert _mib(engine["resources"]["requests"]["memory"]) >= bounds
     assert _mib(engine["resources"]["limits"]["memory"]) >= bounds * 3 // 2
+
+
+def test_the_read_caches_size_estimate_matches_decoded_states() -> None:
+    """The read cache weighs a state by its encoded size x DECODED_BYTES_PER_ENCODED: an
+    estimate far below the truth would let the cache outgrow read_cache_mb."""
+    states: dict[str, SessionState] = {}
+    for offset, event in enumerate(workload(500, seed=53)):
+        states[event.session_id] = fold(states.get(event.session_id), event, offset).state
+    encoded = [encode_state(state) for state in states.values()]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        decoded = [decode_state(data) for data in encoded]
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    held = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    ratio = held / sum(len(data) for data in encoded)
+    assert len(decoded) == len(encoded)
+    assert ratio <= DECODED_BYTES_PER_ENCODED, f"decoded states take {ratio:.1f}x their bytes"
+    assert ratio >= DECODED_BYTES_PER_ENCODED / 2, f"the estimate wastes the cache ({ratio:.1f}x)"
