@@ -257,10 +257,11 @@ class Engine:
         # commit interval, or a quiet topic adds the whole wait to every decision's latency.
         wait_s = min(0.1, self.settings.commit_interval_ms / 2000)
         stage = self.metrics.stage_seconds
+        more = False  # the last batch stopped at its bound: buffered records are ready now
         while not self._stopping:
             started = time.monotonic()
             with self.watchdog.guard("poll", self.budget_s, self.tasks):
-                messages, drained = self._consume(consumer, wait_s)
+                messages, drained = self._consume(consumer, 0.0 if more else wait_s)
             consumed = time.monotonic()
             stage.labels(stage="consume_wait").observe(consumed - started)
             if self._rejoin_requested:  # set by a callback that ran inside consume()
@@ -272,7 +273,10 @@ class Engine:
                 with self.watchdog.guard(f"{Step.FOLD} fold", self.budget_s, self.tasks):
                     for message in messages:
                         self._take(message)
-                    for record in self.order.ready(consumed, drained):
+                    batch = self.order.ready(consumed, drained, CONSUME_BATCH)
+                    more = len(batch) >= CONSUME_BATCH
+                    drained = drained and not more
+                    for record in batch:
                         self._handle(txn, record)
             except AbortableError as exc:
                 self._abort(txn, str(exc))

@@ -74,19 +74,27 @@ class InputOrder(Generic[T]):
         """librdkafka reached the end of this input partition: nothing unread to wait for."""
         self._at_end.add((topic, partition))
 
-    def ready(self, now: float, drained: bool) -> list[Buffered[T]]:
-        """Every record that may be folded now, in the order to fold them. `drained`: the
-        last consume emptied librdkafka's queue, so what is missing is not fetched yet; only
-        then does the wait run out (on a backlog the missing records are usually next)."""
+    def ready(self, now: float, drained: bool, limit: int | None = None) -> list[Buffered[T]]:
+        """The records that may be folded now, in the order to fold them, at most `limit`
+        (the rest stay buffered: a batch must fit well within the transaction timeout).
+        `drained`: the last consume emptied librdkafka's queue, so what is missing is not
+        fetched yet; only then does the wait run out (on a backlog it is usually next)."""
         out: list[Buffered[T]] = []
         for partition in sorted({p for (_, p), q in self._queues.items() if q}):
-            self._release(partition, now, drained, out)
+            self._release(partition, now, drained, out, limit)
         return out
 
-    def _release(self, partition: int, now: float, drained: bool, out: list[Buffered[T]]) -> None:
+    def _release(
+        self,
+        partition: int,
+        now: float,
+        drained: bool,
+        out: list[Buffered[T]],
+        limit: int | None,
+    ) -> None:
         keys = [(t, partition) for t in self.inputs]
         queues = [self._queues.get(k) for k in keys]
-        while True:
+        while limit is None or len(out) < limit:
             heads = [q[0] for q in queues if q]
             if not heads:
                 self._blocked_since.pop(partition, None)

@@ -155,3 +155,17 @@ def test_the_engine_folds_a_backlog_in_event_time_order(tmp_path: Path) -> None:
         assert at == sorted(at), f"partition {p} folded out of event-time order"
         assert folded
     assert parked == 0
+
+
+def test_a_batch_is_bounded_and_the_rest_stays_in_order() -> None:
+    order = _order(max_buffered=100)
+    for n in range(6):
+        _push(order, "intents", n, n)
+        _push(order, "intents", n, n, partition=1)
+    for topic in ("acks", "resumes"):
+        for p in (0, 1):
+            order.at_end(topic, p)
+    first = order.ready(0.0, drained=False, limit=4)
+    assert [(r.partition, r.offset) for r in first] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    rest = order.ready(0.0, drained=False)
+    assert [(r.partition, r.offset) for r in rest] == [(0, 4), (0, 5)] + [(1, n) for n in range(6)]
