@@ -258,6 +258,7 @@ class Engine:
         wait_s = min(0.1, self.settings.commit_interval_ms / 2000)
         stage = self.metrics.stage_seconds
         more = False  # the last batch stopped at its bound: buffered records are ready now
+        interval_s = self.settings.commit_interval_ms / 1000
         while not self._stopping:
             started = time.monotonic()
             with self.watchdog.guard("poll", self.budget_s, self.tasks):
@@ -275,9 +276,15 @@ class Engine:
                         self._take(message)
                     batch = self.order.ready(consumed, drained, CONSUME_BATCH)
                     more = len(batch) >= CONSUME_BATCH
-                    drained = drained and not more
-                    for record in batch:
+                    for n, record in enumerate(batch):
+                        if txn.open and time.monotonic() - txn.started >= interval_s:
+                            # Commit now; the rest waits, in order: no batch of slow inputs
+                            # may hold a transaction open toward its timeout (fenced).
+                            self.order.put_back(batch[n:])
+                            more = True
+                            break
                         self._handle(txn, record)
+                    drained = drained and not more
             except AbortableError as exc:
                 self._abort(txn, str(exc))
                 self._progress()

@@ -111,6 +111,11 @@ class InputOrder(Generic[T]):
             queue = self._queues[(first.topic, first.partition)]
             out.append(queue.popleft())
 
+    def put_back(self, records: list[Buffered[T]]) -> None:
+        """Records `ready` released but the caller did not fold: first again, in order."""
+        for record in reversed(records):
+            self._queues[(record.topic, record.partition)].appendleft(record)
+
     def flow(self) -> Flow:
         pause = [k for k, q in self._queues.items() if len(q) >= self.max_buffered]
         pause = [k for k in pause if k not in self.paused]

@@ -169,3 +169,15 @@ def test_a_batch_is_bounded_and_the_rest_stays_in_order() -> None:
     assert [(r.partition, r.offset) for r in first] == [(0, 0), (0, 1), (0, 2), (0, 3)]
     rest = order.ready(0.0, drained=False)
     assert [(r.partition, r.offset) for r in rest] == [(0, 4), (0, 5)] + [(1, n) for n in range(6)]
+
+
+def test_records_put_back_come_first_again_in_order() -> None:
+    order = _order()
+    for n in range(3):
+        _push(order, "intents", n, 10 + n)
+    order.at_end("acks", 0)
+    order.at_end("resumes", 0)
+    batch = order.ready(0.0, drained=False)
+    order.put_back(batch[1:])
+    _push(order, "intents", 3, 13)
+    assert _items(order.ready(0.0, drained=False)) == ["intents@11", "intents@12", "intents@13"]
