@@ -51,6 +51,9 @@ class Settings(BaseModel):
     liveness_timeout_s: float = Field(default=60.0, ge=1.0, le=3_600.0)
     # Decoded committed states kept in memory, all tasks together (estimated bytes, LRU).
     read_cache_mb: int = Field(default=256, ge=1, le=65_536)
+    # `reconciler run` starts this many engine processes in the group (one per core): each gets
+    # `<instance_id>-<i>`, `<state_dir>/process-<i>` and metrics port `metrics_port + i`.
+    processes: int = Field(default=1, ge=1, le=64)
     # `reconciler run` restarts a dead engine after 0.5 s, doubling per quick failure up to this.
     restart_backoff_max_s: float = Field(default=30.0, ge=0.0, le=600.0)
     # "json": every log line is one JSON object (engine/oplog.py); "text": plain lines.
