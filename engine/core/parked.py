@@ -10,6 +10,8 @@ inputs are answered finally too (`resumes.expire_parked`, the bounds in `state.p
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from engine.core.acks import ack_ready, fold_ack
 from engine.core.decide import decide, make_trail, reject, with_
 from engine.core.events import AnswerSuffix, Decision, IntentEvent, Reason, TrailStep, Verdict
@@ -42,7 +44,7 @@ def park_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, 
 def _final(decision: Decision) -> Decision:
     if decision.decision_id.endswith(AnswerSuffix.FINAL):
         return decision
-    return decision.model_copy(update={"decision_id": decision.in_reply_to + AnswerSuffix.FINAL})
+    return replace(decision, decision_id=decision.in_reply_to + AnswerSuffix.FINAL)
 
 
 def drain(state: SessionState) -> tuple[SessionState, list[Decision]]:

@@ -13,6 +13,7 @@ import random
 from collections import Counter, defaultdict
 
 from confluent_kafka import Consumer, TopicPartition
+from msgspec.structs import replace
 
 from engine.core.events import AckEvent, AckOutcome, Decision, Event, IntentEvent, ResumeEvent
 from engine.core.fold import fold
@@ -40,10 +41,7 @@ def workload(sessions: int, seed: int) -> list[Event]:
         ]
         if rng.random() < 0.3:
             chosen.append(resume("e4", record([OUT], [U, C]), tail, runner="copy-b", t=2_100 + n))
-        events += [
-            e.model_copy(update={"session_id": sid, "event_id": f"{sid}/{e.event_id}"})
-            for e in chosen
-        ]
+        events += [replace(e, session_id=sid, event_id=f"{sid}/{e.event_id}") for e in chosen]
     rng.shuffle(events)  # sessions interleave, and cross-topic order is arbitrary anyway
     return events
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from engine.core.events import AckOutcome, Verdict
 from engine.runtime.state_codec import StateFormatError, decode_state
@@ -101,7 +102,7 @@ def test_unreadable_state_names_the_fix() -> None:
 def test_read_cache_is_an_lru_bounded_by_estimated_bytes(tmp_path: Path) -> None:
     task = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
     for n in range(40):
-        task.fold(intent(f"e{n}", [OUT], [U, C]).model_copy(update={"session_id": f"s{n}"}), n)
+        task.fold(replace(intent(f"e{n}", [OUT], [U, C]), session_id=f"s{n}"), n)
     task.changelog_records()
     task.persist()
     sizes = [len(task.store.get(f"s{n}") or b"") * DECODED_BYTES_PER_ENCODED for n in range(40)]
