@@ -50,7 +50,7 @@ QUIX_VENV := .venv-quix
 $(QUIX_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(QUIX_VENV)
 	$(QUIX_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(QUIX_VENV)/bin/python -m pip install --quiet quixstreams==3.28.1
+	$(QUIX_VENV)/bin/python -m pip install --quiet quixstreams==3.28.1 "msgspec>=0.19"
 	$(QUIX_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	@touch $@
 

@@ -21,13 +21,21 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from engine.core.events import ResumeEvent
 from engine.settings import Settings
 from engine.wire import RecordType
 from tools.bench_fold import BINDING, session_events
-from tools.bench_kafka import CODEC, fresh_settings, start_engine, stop
+from tools.bench_kafka import (
+    CODEC,
+    AnswerCounter,
+    encode_inputs,
+    fresh_settings,
+    produce_inputs,
+    start_engine,
+    stop,
+)
 
 STAGES = ("consume_wait", "fold", "produce", "commit")
 _BUCKET = re.compile(r"^reconciler_stage_seconds_bucket\{(?P<labels>[^}]*)\}\s+(?P<n>\S+)$")
@@ -86,6 +94,25 @@ def wait_ready(port: int, timeout_s: float = 90) -> None:
     raise SystemExit(f"bench: the engine on port {port} was not ready within {timeout_s:.0f} s")
 
 
+def warm_up(settings: Settings, timeout_s: float = 120) -> None:
+    """Until resumes on every partition get answers: ready is not yet a settled group."""
+    probes = [
+        ResumeEvent(
+            event_id=f"warm-{n}",
+            session_id=f"warm-{n}",
+            event_time_ms=int(time.time() * 1000),
+            runner_id="r",
+            checkpoint_id="c",
+            binding=BINDING,
+        )
+        for n in range(8 * settings.partitions)
+    ]
+    counter = AnswerCounter(settings, {p.event_id for p in probes}, from_end=True).start()
+    produce_inputs(settings, encode_inputs(probes))
+    if not counter.wait(timeout_s):
+        raise SystemExit(f"bench: warm-up resumes unanswered after {timeout_s:.0f} s")
+
+
 def _read_latencies(settings: Settings, stop: threading.Event, into: list[float]) -> None:
     consumer = Consumer(
         settings.client_config(
@@ -97,7 +124,8 @@ def _read_latencies(settings: Settings, stop: threading.Event, into: list[float]
             }
         )
     )
-    consumer.subscribe([settings.topics.decisions])
+    topic = settings.topics.decisions  # assign(): no group join delays the first reads
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
     while not stop.is_set():
         for message in consumer.consume(1000, timeout=0.05):
             if message.error() is None:
@@ -121,6 +149,7 @@ def run_latency(
     reader = threading.Thread(target=_read_latencies, args=(settings, stopping, latencies))
     try:
         wait_ready(port)
+        warm_up(settings)
         reader.start()
         producer = Producer(
             settings.client_config(**{"partitioner": "murmur2_random", "linger.ms": 1})
