@@ -66,6 +66,9 @@ class Settings(BaseModel):
     # often the loop hands freed memory back with malloc_trim (0: never). engine/runtime/memory.py
     malloc_arena_max: int = Field(default=2, ge=0, le=64)
     memory_trim_interval_s: float = Field(default=10.0, ge=0.0, le=3_600.0)
+    # `reconciler run` starts this many engine processes in the group (one per core): each gets
+    # `<instance_id>-<i>`, `<state_dir>/process-<i>` and metrics port `metrics_port + i`.
+    processes: int = Field(default=1, ge=1, le=64)
     # `reconciler run` restarts a dead engine after 0.5 s, doubling per quick failure up to this.
     restart_backoff_max_s: float = Field(default=30.0, ge=0.0, le=600.0)
     # After a fatal Kafka error the engine rejoins with new clients after 0.5 s, doubling per

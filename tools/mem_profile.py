@@ -30,8 +30,8 @@ from confluent_kafka import Producer
 from engine.runtime.engine import Engine
 from engine.runtime.metrics import EngineMetrics
 from engine.settings import Settings
-from tools.bench_engine import fresh_settings, produce_all
 from tools.bench_fold import build_log
+from tools.bench_kafka import encode_inputs, fresh_settings, produce_inputs
 
 MB = 2**20
 
@@ -163,7 +163,7 @@ def main() -> None:
     parser.add_argument("--malformed", type=int, default=100_000)
     parser.add_argument("--read-cache-mb", type=int, default=64)
     args = parser.parse_args()
-    base = fresh_settings(args.bootstrap_servers, commit_ms=200)
+    base = fresh_settings(args.bootstrap_servers, partitions=3, commit_ms=200)
     settings = base.model_copy(update={"metrics_port": 0, "read_cache_mb": args.read_cache_mb})
     engine = Engine(settings, metrics=EngineMetrics())
     thread = threading.Thread(target=engine.run, name="engine", daemon=True)
@@ -171,7 +171,7 @@ def main() -> None:
     while not engine.metrics.is_ready:
         time.sleep(0.2)
     report("ready", engine)
-    produce_all(settings, build_log(args.sessions))
+    produce_inputs(settings, encode_inputs(build_log(args.sessions)))
     wait_idle(engine, settings)
     report(f"{args.sessions} sessions", engine)
     rng = random.Random(5)
