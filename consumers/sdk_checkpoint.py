@@ -18,11 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from consumers.errors import SdkCheckpointError
 from engine.core.digest import item_facts
-from engine.core.events import PendingRecord
+from engine.core.events import PendingRecord, is_digest
 
 PENDING_WRITE_KEY = "pending_session_write"
 SDK_SCHEMA_VERSIONS = ("1.17", "1.18", "1.19", "1.20", "1.21")
@@ -203,18 +201,18 @@ def pending_record(write: SdkPendingWrite, *, intent_id: str, ignore_ids: bool) 
     changes every item digest. Raises `SdkCheckpointError` when ``before``
     holds strings that are not SHA-256 hex digests: the engine cannot compare those.
     """
-    try:
-        return PendingRecord(
-            intent_id=intent_id,
-            items=[item_facts(item, ignore_ids=ignore_ids) for item in write.items],
-            before=None if write.before is None else list(write.before),
-            persisted_count=write.persisted_count,
-            held=write.held,
-            append_acknowledged=write.append_acknowledged,
-        )
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise SdkCheckpointError(
-            f"the SDK accepts this record but the engine cannot use it: {where}: {first['msg']}",
-        ) from exc
+    before = None if write.before is None else list(write.before)
+    for index, digest in enumerate(before or []):
+        if not is_digest(digest):
+            raise SdkCheckpointError(
+                "the SDK accepts this record but the engine cannot use it: "
+                f"before.{index} is not a SHA-256 hex digest",
+            )
+    return PendingRecord(
+        intent_id=intent_id,
+        items=[item_facts(item, ignore_ids=ignore_ids) for item in write.items],
+        before=before,
+        persisted_count=write.persisted_count,
+        held=write.held,
+        append_acknowledged=write.append_acknowledged,
+    )

@@ -1,7 +1,7 @@
 """Encode/decode throughput of the wire codec against plain ``json`` on the same content.
 
 Run from the repository root: ``.venv/bin/python -m tools.bench_codec [--seconds 1.0]``.
-Not a test: it prints records/s. "full" decode includes validation into the pydantic model,
+Not a test: it prints records/s. "full" decode includes validation into the core value,
 "raw" stops at the plain dict (fastavro record, or ``json.loads``).
 """
 
@@ -25,6 +25,7 @@ from engine.core.events import (
     Verdict,
 )
 from engine.wire import Codec, RecordType, WireModel
+from engine.wire.values import from_record, to_json_record
 
 
 def typical_intent() -> IntentEvent:
@@ -88,19 +89,19 @@ def rate(operation: Callable[[], object], seconds: float) -> float:
 def bench(name: str, record_type: RecordType, model: WireModel, seconds: float) -> None:
     codec = Codec()
     avro_bytes = codec.encode(model)
-    as_dict = model.model_dump(mode="json")
+    as_dict = to_json_record(model)
     json_bytes = json.dumps(as_dict).encode()
     model_type = type(model)
     rows = [
         (
             "encode model",
             lambda: codec.encode(model),
-            lambda: json.dumps(model.model_dump(mode="json")).encode(),
+            lambda: json.dumps(to_json_record(model)).encode(),
         ),
         (
             "decode full",
             lambda: codec.decode(record_type, avro_bytes),
-            lambda: model_type.model_validate(json.loads(json_bytes)),
+            lambda: from_record(model_type, json.loads(json_bytes)),
         ),
         (
             "decode raw",

@@ -19,6 +19,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from msgspec.structs import replace
+
 from engine.core.events import (
     AckEvent,
     AckOutcome,
@@ -43,6 +45,7 @@ from engine.core.state import Health, IntentSlot, ParkedResume, SessionState, Sl
 from engine.wire import POLICY, SHIPPED_SCHEMAS, Codec, DeadLetter, DecodeReason, RecordType
 from engine.wire.codec import UNRECOGNIZED_SYMBOL, WireModel, fields_of
 from engine.wire.framing import SINGLE_OBJECT_HEADER_SIZE
+from engine.wire.values import to_json, to_json_record, to_record
 
 CORPUS = Path("tests/fixtures/wire")
 NEGATIVE_WRITER_VERSION = 1
@@ -297,37 +300,28 @@ def upgrade(record_type: RecordType, variant: str, model: WireModel, version: in
         return model
     unstable = {"items_digest_stable": False}
     if isinstance(model, IntentEvent):
-        return model.model_copy(update={"binding": model.binding.model_copy(update=unstable)})
+        return replace(model, binding=replace(model.binding, **unstable))
     if isinstance(model, ResumeEvent):
         return _resume_v2(model)
     if isinstance(model, Decision):
-        return model.model_copy(
-            update={"runner_action": RunnerAction.STOP, "reason": Reason.HISTORY_CHANGED}
-        )
+        return replace(model, runner_action=RunnerAction.STOP, reason=Reason.HISTORY_CHANGED)
     if isinstance(model, SessionState) and model.binding is not None:
-        parked = [
-            p.model_copy(update={"resume": _resume_v2(p.resume)}) for p in model.parked_resumes
-        ]
-        return model.model_copy(
-            update={
-                "binding": model.binding.model_copy(update=unstable),
-                "health_reason": Reason.DIGEST_UNSTABLE,
-                "parked_resumes": parked,
-                "parked_intents": [
-                    upgrade(
-                        RecordType.INTENT, "full", SAMPLES[RecordType.INTENT]["full"](), version
-                    )
-                ],
-            }
+        parked = [replace(p, resume=_resume_v2(p.resume)) for p in model.parked_resumes]
+        return replace(
+            model,
+            binding=replace(model.binding, **unstable),
+            health_reason=Reason.DIGEST_UNSTABLE,
+            parked_resumes=parked,
+            parked_intents=[
+                upgrade(RecordType.INTENT, "full", SAMPLES[RecordType.INTENT]["full"](), version)
+            ],
         )
     return model
 
 
 def _resume_v2(resume: ResumeEvent) -> ResumeEvent:
-    binding = resume.binding.model_copy(update={"items_digest_stable": False})
-    return resume.model_copy(
-        update={"binding": binding, "checkpoint_session_id": resume.session_id}
-    )
+    binding = replace(resume.binding, items_digest_stable=False)
+    return replace(resume, binding=binding, checkpoint_session_id=resume.session_id)
 
 
 def positive_fixtures() -> dict[Path, bytes]:
@@ -341,10 +335,10 @@ def positive_fixtures() -> dict[Path, bytes]:
                 folder = CORPUS / record_type.value / f"v{version}"
                 files[folder / f"{variant}.avro"] = codec.encode(model, version=version)
                 if version == policy.current:
-                    text = model.model_dump_json(indent=2) + "\n"
+                    text = to_json(model, indent=2) + "\n"
                 else:  # frozen: only the fields that version knows (the rest read as defaults)
                     schema = SHIPPED_SCHEMAS.get(record_type, version)
-                    known = fields_of(schema, model.model_dump(mode="json"))
+                    known = fields_of(schema, to_json_record(model))
                     text = json.dumps(known, indent=2, ensure_ascii=False) + "\n"
                 files[folder / f"{variant}.json"] = text.encode()
     return files
@@ -356,7 +350,7 @@ def negative_fixtures() -> tuple[dict[Path, bytes], dict[str, dict[str, str]]]:
     # The negatives were written by intent v1 and are frozen: they stay v1 records.
     intent = SHIPPED_SCHEMAS.get(RecordType.INTENT, NEGATIVE_WRITER_VERSION)
     full = codec.encode(SAMPLES[RecordType.INTENT]["full"](), version=NEGATIVE_WRITER_VERSION)
-    raw = fields_of(intent, SAMPLES[RecordType.INTENT]["full"]().model_dump(mode="python"))
+    raw = fields_of(intent, to_record(SAMPLES[RecordType.INTENT]["full"]()))
     wrong_fp = bytearray(full)
     wrong_fp[2] ^= 0xFF
     cases: dict[str, tuple[bytes, RecordType, DecodeReason]] = {

@@ -22,6 +22,7 @@ from typing import Any
 
 from agents import Agent
 from agents.run_state import RunState
+from msgspec.structs import replace
 
 from consumers.agents.session import ReconciledSession
 from consumers.checkpoint import Checkpoint
@@ -85,8 +86,8 @@ async def resume_from_checkpoint(
     pending = pending_of(checkpoint, ignore_ids=session.binding.ignore_ids)
     limit = tail_limit(pending)
     tail = await session.inner.get_items(limit=limit) if limit else []
-    binding = session.binding.model_copy(
-        update={"checkpoint_schema_version": checkpoint_schema_version(checkpoint)}
+    binding = replace(
+        session.binding, checkpoint_schema_version=checkpoint_schema_version(checkpoint)
     )
     outcome = await asyncio.to_thread(
         lambda: session.client.resume(

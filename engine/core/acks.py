@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from msgspec.structs import replace
+
 from engine.core.authority import check_writer, renew
 from engine.core.decide import (
     ACTION_REPAIR,
@@ -183,7 +185,7 @@ def _apply_evidence(
             )
         return state, Reason.ACCEPTED  # a failure of an earlier attempt says nothing of this one
     if event.outcome is AckOutcome.COMMITTED and count is not None and 0 < count < n:
-        new_slot = slot.model_copy(update={"partial_seen": True})
+        new_slot = replace(slot, partial_seen=True)
         return (
             with_(
                 state, slot=new_slot, health=Health.AMBIGUOUS, health_reason=Reason.PARTIAL_COMMIT
@@ -191,7 +193,7 @@ def _apply_evidence(
             Reason.PARTIAL_COMMIT,
         )
     if event.outcome is AckOutcome.COMMITTED and count == 0:
-        event = event.model_copy(update={"outcome": AckOutcome.NOT_WRITTEN})
+        event = replace(event, outcome=AckOutcome.NOT_WRITTEN)
     if event.outcome is AckOutcome.COMMITTED:
         if slot.status in (SlotStatus.HELD, SlotStatus.DISCARDED):
             return (
@@ -207,10 +209,10 @@ def _apply_evidence(
             update["status"] = SlotStatus.COMMITTED
         if slot.not_written:
             state = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.AMBIGUOUS)
-            return with_(state, slot=slot.model_copy(update=update)), Reason.AMBIGUOUS
-        return with_(state, slot=slot.model_copy(update=update)), Reason.ACCEPTED
+            return with_(state, slot=replace(slot, **update)), Reason.AMBIGUOUS
+        return with_(state, slot=replace(slot, **update)), Reason.ACCEPTED
     if event.outcome is AckOutcome.NOT_WRITTEN:
-        new_slot = slot.model_copy(update={"not_written": True})
+        new_slot = replace(slot, not_written=True)
         if slot.committed_by_store or slot.committed_by_runner:
             state = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.AMBIGUOUS)
             return with_(state, slot=new_slot), Reason.AMBIGUOUS

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from msgspec.structs import replace
+
 from engine.core.events import (
     AnswerSuffix,
     Classification,
@@ -100,7 +102,7 @@ def action_of(verdict: Verdict, reason: Reason) -> RunnerAction:
 
 
 def with_(state: SessionState, **changes: Any) -> SessionState:
-    return state.model_copy(update=changes)
+    return replace(state, **changes)
 
 
 def _remember(state: SessionState, event_id: str) -> SessionState:

@@ -1,8 +1,9 @@
 """Typed input events and output decisions of the reconciliation fold.
 
-Every model is a frozen pydantic v2 model whose fields are Avro-friendly (str, int, bool, str
-enums, lists, nested models, Optional), so the wire codec can do
-``Model.model_validate(decoded_avro_dict)`` and ``model.model_dump(mode="json")`` round-trips.
+Every value is a frozen, slotted `msgspec.Struct` whose fields are Avro-friendly (str, int, bool,
+str enums, lists, nested values, Optional). Constructing one checks nothing: the fold builds
+them from values it already trusts, and a state change costs one object. Validation (types, enum
+symbols, digest formats) happens once, where bytes become values: ``engine.wire.values``.
 
 Every input event carries ``event_id`` (de-duplication key), ``session_id`` (the partition key)
 and ``event_time_ms`` (event time, int milliseconds since the epoch; the only clock the fold
@@ -12,24 +13,32 @@ knows). No model ever carries item content: items are described by :class:`ItemF
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from msgspec import Meta, Struct, field
 
-DIGEST_PATTERN = r"^[0-9a-f]{64}$"
-Digest = Annotated[str, Field(pattern=DIGEST_PATTERN)]
+DIGEST_PATTERN = r"^[0-9a-f]{64}\Z"
+Digest = Annotated[str, Meta(pattern=DIGEST_PATTERN)]
 """A SHA-256 hex digest (64 lowercase hex characters) of one Session item."""
+_DIGEST = re.compile(DIGEST_PATTERN)
+
+
+def is_digest(text: str) -> bool:
+    """Whether ``text`` is a `Digest` (for code that builds values from untrusted strings)."""
+    return _DIGEST.match(text) is not None
+
 
 SDK_DIGEST_SCHEME = "sdk-sha256-v1"
 """The openai-agents 0.24.0 item digest: sha256 of ``json.dumps(item, sort_keys=True)``."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Frozen(Struct, frozen=True, forbid_unknown_fields=True):
+    """Immutable value: change one with `msgspec.structs.replace` (no validation on the way)."""
 
 
-class Binding(_Frozen):
+class Binding(_Frozen, frozen=True, kw_only=True):
     """What equality of digests means for a session: where its history lives and how it is read.
 
     The first accepted intent binds the session; anything that points elsewhere is withheld.
@@ -52,7 +61,7 @@ class Binding(_Frozen):
     items_digest_stable: bool = True
 
 
-class ItemFacts(_Frozen):
+class ItemFacts(_Frozen, frozen=True, kw_only=True):
     """Payload-free facts about one Session item: never its content."""
 
     digest: Digest
@@ -67,7 +76,7 @@ class IntentKind(StrEnum):
     DISCARD = "DISCARD"  # the held batch is dropped without a settle
 
 
-class IntentEvent(_Frozen):
+class IntentEvent(_Frozen, frozen=True, kw_only=True):
     """A runner's pending-write intent, published durably before it touches the Session.
 
     ``sequence`` is the runner's monotonically increasing write number within the session: a
@@ -90,7 +99,7 @@ class IntentEvent(_Frozen):
     fence_token: int | None = None
     binding: Binding
     before: list[Digest] | None = None
-    items: list[ItemFacts] = Field(default_factory=list)
+    items: list[ItemFacts] = field(default_factory=list)
     persisted_count: int | None = None
     sequence: int
     tools_ran: bool = False
@@ -107,7 +116,7 @@ class AckSource(StrEnum):
     STORE = "STORE"  # the Session store itself (outbox / CDC): authoritative
 
 
-class AckEvent(_Frozen):
+class AckEvent(_Frozen, frozen=True, kw_only=True):
     """The outcome of an append, as seen by the runner or reported by the store.
 
     ``committed_count`` (store acks) is how many items of the batch are durable; a value strictly
@@ -126,7 +135,7 @@ class AckEvent(_Frozen):
     committed_count: int | None = None
 
 
-class PendingRecord(_Frozen):
+class PendingRecord(_Frozen, frozen=True, kw_only=True):
     """The payload-free view of a checkpoint's ``pending_session_write`` record.
 
     ``intent_id`` is the id the client library registered the record under.
@@ -140,7 +149,7 @@ class PendingRecord(_Frozen):
     append_acknowledged: bool = False
 
 
-class ResumeEvent(_Frozen):
+class ResumeEvent(_Frozen, frozen=True, kw_only=True):
     """A restored runner asks for continuation authority. ``event_id`` is the request id.
 
     ``observed_tail`` is the digests of the Session tail the runner just reread (for a record with
@@ -155,7 +164,7 @@ class ResumeEvent(_Frozen):
     checkpoint_id: str
     binding: Binding
     pending: PendingRecord | None = None
-    observed_tail: list[Digest] = Field(default_factory=list)
+    observed_tail: list[Digest] = field(default_factory=list)
     checkpoint_sequence: int = -1
     checkpoint_session_id: str | None = None
 
@@ -166,7 +175,7 @@ class RepairResolution(StrEnum):
     ABANDON = "ABANDON"  # give the pending write up; the session restarts from a new checkpoint
 
 
-class RepairEvent(_Frozen):
+class RepairEvent(_Frozen, frozen=True, kw_only=True):
     """An operator's resolution of an ambiguous or violated session, recorded in the trail."""
 
     event_id: str
@@ -298,14 +307,14 @@ class AnswerSuffix(StrEnum):
     FINAL = "/final"
 
 
-class TrailEntry(_Frozen):
+class TrailEntry(_Frozen, frozen=True, kw_only=True):
     """One step of the decision trail: small, payload-free, readable by an operator."""
 
     step: str  # a TrailStep value; a plain string on the wire so a new step breaks no reader
     detail: str
 
 
-class Decision(_Frozen):
+class Decision(_Frozen, frozen=True, kw_only=True):
     """The engine's answer to one input event (or a deferred answer to a parked resume).
 
     ``decision_id`` is derived from the event it answers, so replays and duplicates produce the
@@ -325,7 +334,7 @@ class Decision(_Frozen):
     alert: bool = False
     final: bool = True
     event_time_ms: int
-    trail: list[TrailEntry] = Field(default_factory=list)
+    trail: list[TrailEntry] = field(default_factory=list)
     runner_action: RunnerAction = RunnerAction.NONE
 
     @property

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from engine.core.authority import check_writer
 from engine.core.decide import (
     decide,
@@ -160,7 +162,7 @@ def _register(state: SessionState, event: IntentEvent) -> tuple[SessionState, De
         if _opens_attempt(state, slot, event):
             update.update(not_written=False, committed_by_store=False, committed_by_runner=False)
             trail = make_trail((TrailStep.OBSERVED, f"re-armed {event.intent_id}: new attempt"))
-        new_slot = slot.model_copy(update=update)
+        new_slot = replace(slot, **update)
         return _accepted(state, event, new_slot), decide(
             state, event, Verdict.RECORDED, Reason.ACCEPTED, trail=trail
         )
@@ -221,15 +223,14 @@ def _release(
     if orphans:
         ids = ", ".join(sorted({str(o.call_id) for o in orphans}))
         return state, reject(state, event, Reason.ORPHAN_OUTPUT, f"outputs without calls: {ids}")
-    new_slot = slot.model_copy(
-        update={
-            "held": False,
-            "status": SlotStatus.PENDING,
-            "items": event.items,
-            "before": event.before,
-            "persisted_count": event.persisted_count,
-            "sequence": max(slot.sequence, event.sequence),
-        }
+    new_slot = replace(
+        slot,
+        held=False,
+        status=SlotStatus.PENDING,
+        items=event.items,
+        before=event.before,
+        persisted_count=event.persisted_count,
+        sequence=max(slot.sequence, event.sequence),
     )
     new_state = _accepted(state, event, new_slot)
     trail = make_trail(
@@ -241,7 +242,7 @@ def _release(
 def _discard(
     state: SessionState, event: IntentEvent, slot: IntentSlot
 ) -> tuple[SessionState, Decision]:
-    new_slot = slot.model_copy(update={"status": SlotStatus.DISCARDED})
+    new_slot = replace(slot, status=SlotStatus.DISCARDED)
     new_state = _accepted(state, event, new_slot)
     if event.tools_ran or has_outputs(slot.items):
         why = "held batch discarded after its tools ran: their calls and outputs are lost"

@@ -3,6 +3,8 @@ claims and digest stability)."""
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from engine.core.answers import grant, withhold
 from engine.core.classify import classify
 from engine.core.decide import (
@@ -31,14 +33,13 @@ def new_attempt(slot: IntentSlot) -> IntentSlot:
     Evidence belongs to one attempt: a definite failure or a lost ack of an earlier append says
     nothing about the append the new holder makes now, so it must not poison its COMMITTED ack.
     """
-    return slot.model_copy(
-        update={
-            "status": SlotStatus.APPEND_GRANTED,
-            "not_written": False,
-            "committed_by_store": False,
-            "committed_by_runner": False,
-            "partial_seen": False,
-        }
+    return replace(
+        slot,
+        status=SlotStatus.APPEND_GRANTED,
+        not_written=False,
+        committed_by_store=False,
+        committed_by_runner=False,
+        partial_seen=False,
     )
 
 
@@ -109,7 +110,7 @@ def classify_open(
                 alert=True,
                 observed=observed,
             )
-        committed = slot.model_copy(update={"status": SlotStatus.COMMITTED})
+        committed = replace(slot, status=SlotStatus.COMMITTED)
         return grant(
             state, event, position, Verdict.CONTINUE, Reason.COMMITTED, cls, suffix, committed
         )
@@ -143,9 +144,7 @@ def classify_open(
             new_attempt(slot),
         )
     reason = Reason.PARTIAL_COMMIT if cls is Classification.PARTIAL else Reason.AMBIGUOUS
-    new_slot = slot.model_copy(
-        update={"partial_seen": slot.partial_seen or cls is Classification.PARTIAL}
-    )
+    new_slot = replace(slot, partial_seen=slot.partial_seen or cls is Classification.PARTIAL)
     ambiguous = with_(state, slot=new_slot, health=Health.AMBIGUOUS, health_reason=reason)
     why = "history changed or is ambiguous: neither or both of committed/unchanged hold"
     return withhold(

@@ -10,6 +10,8 @@ inputs are answered finally too (`resumes.expire_parked`, the bounds in `state.p
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from engine.core.acks import ack_ready, awaits_rearm, fold_ack
 from engine.core.decide import decide, make_trail, reject, with_
 from engine.core.events import (
@@ -58,7 +60,7 @@ def park_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, 
 def _final(decision: Decision) -> Decision:
     if decision.decision_id.endswith(AnswerSuffix.FINAL):
         return decision
-    return decision.model_copy(update={"decision_id": decision.in_reply_to + AnswerSuffix.FINAL})
+    return replace(decision, decision_id=decision.in_reply_to + AnswerSuffix.FINAL)
 
 
 def drain(state: SessionState) -> tuple[SessionState, list[Decision]]:
@@ -120,7 +122,7 @@ def settle_superseded_rearms(
         if current is None:
             break
         rest = [i for i in state.parked_intents if i.event_id != rearm.event_id]
-        failed = current.model_copy(update={"not_written": True})
+        failed = replace(current, not_written=True)
         state, decision = fold_intent(with_(state, parked_intents=rest, slot=failed), rearm)
         decisions.append(_final(decision))
     return state, decisions

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from engine.core.decide import (
     decide,
     evidence,
@@ -39,15 +41,14 @@ def fold_repair(state: SessionState, event: RepairEvent) -> tuple[SessionState, 
     }[event.resolution]
     new_slot = None
     if slot is not None:
-        new_slot = slot.model_copy(
-            # The operator's resolution supersedes the ack evidence it was made from.
-            update={
-                "status": status,
-                "partial_seen": False,
-                "not_written": False,
-                "committed_by_store": False,
-                "committed_by_runner": False,
-            }
+        # The operator's resolution supersedes the ack evidence it was made from.
+        new_slot = replace(
+            slot,
+            status=status,
+            partial_seen=False,
+            not_written=False,
+            committed_by_store=False,
+            committed_by_runner=False,
         )
     # A repair also ends the current grant: the next resume starts a fresh authority epoch.
     repaired = with_(

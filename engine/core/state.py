@@ -26,7 +26,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from msgspec import Struct, ValidationError, convert, field, to_builtins
 
 from engine.core.errors import StateRecordError
 from engine.core.events import (
@@ -69,18 +69,18 @@ class SlotStatus(StrEnum):
 UNRESOLVED = frozenset({SlotStatus.HELD, SlotStatus.PENDING, SlotStatus.APPEND_GRANTED})
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Frozen(Struct, frozen=True, forbid_unknown_fields=True):
+    """Immutable value: change one with `msgspec.structs.replace` (no validation on the way)."""
 
 
-class IntentSlot(_Frozen):
+class IntentSlot(_Frozen, frozen=True, kw_only=True):
     intent_id: str
     runner_id: str
     sequence: int
     held: bool
     status: SlotStatus
     before: list[str] | None = None
-    items: list[ItemFacts] = Field(default_factory=list)
+    items: list[ItemFacts] = field(default_factory=list)
     persisted_count: int | None = None  # null: the registration could not see it
     committed_by_store: bool = False
     committed_by_runner: bool = False
@@ -92,12 +92,12 @@ class IntentSlot(_Frozen):
         return [facts.digest for facts in self.items]
 
 
-class ParkedResume(_Frozen):
+class ParkedResume(_Frozen, frozen=True, kw_only=True):
     resume: ResumeEvent
     position: int
 
 
-class SessionState(_Frozen):
+class SessionState(_Frozen, frozen=True, kw_only=True):
     session_id: str
     binding: Binding | None = None
     health: Health = Health.CLEAR
@@ -111,19 +111,20 @@ class SessionState(_Frozen):
     progress_sequence: int = -1
     slot: IntentSlot | None = None
     previous_intent_id: str | None = None
-    parked_intents: list[IntentEvent] = Field(default_factory=list)
-    parked_acks: list[AckEvent] = Field(default_factory=list)
-    parked_resumes: list[ParkedResume] = Field(default_factory=list)
-    recent_event_ids: list[str] = Field(default_factory=list)
+    parked_intents: list[IntentEvent] = field(default_factory=list)
+    parked_acks: list[AckEvent] = field(default_factory=list)
+    parked_resumes: list[ParkedResume] = field(default_factory=list)
+    recent_event_ids: list[str] = field(default_factory=list)
 
     def to_record(self) -> dict[str, Any]:
         """Plain dict of str/int/bool/None/list/dict values (the changelog record)."""
-        return self.model_dump(mode="json")
+        record: dict[str, Any] = to_builtins(self)
+        return record
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> SessionState:
         try:
-            return cls.model_validate(record)
+            return convert(record, cls)
         except ValidationError as exc:
             raise StateRecordError(
                 f"session state record does not match the documented shape: {exc}; "

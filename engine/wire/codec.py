@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Literal, overload
 
+import msgspec
 from fastavro import schemaless_reader, schemaless_writer
-from pydantic import BaseModel, ValidationError
 
 from engine.core.events import AckEvent, Decision, IntentEvent, RepairEvent, ResumeEvent
 from engine.core.state import SessionState
+from engine.wire.avro_gen import Reader, UnsupportedSchemaError, Writer, reader_for, writer_for
 from engine.wire.dead_letter import DeadLetter
 from engine.wire.errors import DecodeError, DecodeReason, EncodeError, SourcePosition
 from engine.wire.framing import Framing, SingleObjectFraming
@@ -26,6 +27,7 @@ from engine.wire.limits import DEFAULT_LIMITS, WireLimits
 from engine.wire.policy import NAMESPACE, RecordType
 from engine.wire.schema_store import SHIPPED_SCHEMAS, SchemaStore, ShippedSchema
 from engine.wire.validation import semantic_violation, size_violation
+from engine.wire.values import from_record, to_record
 
 WireModel = (
     IntentEvent | AckEvent | ResumeEvent | RepairEvent | Decision | DeadLetter | SessionState
@@ -43,7 +45,7 @@ MODEL_OF: Mapping[RecordType, type[WireModel]] = MappingProxyType(
         RecordType.SESSION_STATE: SessionState,
     }
 )
-RECORD_TYPE_OF: Mapping[type[BaseModel], RecordType] = MappingProxyType(
+RECORD_TYPE_OF: Mapping[type[WireModel], RecordType] = MappingProxyType(
     {model: record_type for record_type, model in MODEL_OF.items()}
 )
 
@@ -57,7 +59,8 @@ class Codec:
     """Encodes models and decodes bytes for every record type, with one framing.
 
     Thread-safe for concurrent use (it keeps no per-call state). ``framing`` defaults to
-    single-object encoding over the shipped schemas.
+    single-object encoding over the shipped schemas. ``generated=False`` keeps to the
+    reference path (fastavro and msgspec validation) that the generated one is tested against.
     """
 
     def __init__(
@@ -66,11 +69,16 @@ class Codec:
         framing: Framing | None = None,
         limits: WireLimits = DEFAULT_LIMITS,
         store: SchemaStore = SHIPPED_SCHEMAS,
+        generated: bool = True,
     ) -> None:
         self.store = store
+        self.generated = generated
         self.framing: Framing = framing if framing is not None else SingleObjectFraming(store)
         self.limits = limits
         self._record_unions: dict[tuple[RecordType, int], tuple[tuple[str, str], ...]] = {}
+        # Generated per current schema on first use; None: the generator cannot handle it.
+        self._writers: dict[RecordType, Writer | None] = {}
+        self._readers: dict[RecordType, Reader | None] = {}
 
     def encode(self, model: WireModel, *, version: int | None = None) -> bytes:
         """The framed Avro bytes of ``model``, written with the current schema.
@@ -83,10 +91,16 @@ class Codec:
             raise EncodeError(f"{type(model).__name__} has no wire record")
         if version is None:
             schema = self.store.current(record_type)
-            return self.encode_record(schema, model.model_dump(mode="python"))
+            write = self._writer(record_type, schema)
+            if write is not None:
+                try:
+                    return self.framing.header_for(schema) + write(model)
+                except Exception:  # the reference path below names the problem
+                    pass
+            return self.encode_record(schema, to_record(model))
         schema = self.store.get(record_type, version)
         # An older writer knows only its own fields: the newer ones are dropped, as it would.
-        return self.encode_record(schema, fields_of(schema, model.model_dump(mode="python")))
+        return self.encode_record(schema, fields_of(schema, to_record(model)))
 
     def encode_record(self, schema: ShippedSchema, record: Mapping[str, Any]) -> bytes:
         """Frame and write a plain record dict with ``schema`` (no model involved)."""
@@ -215,20 +229,56 @@ class Codec:
         record: dict[str, Any] = self._read_body(writer, self.store.current(record_type), body)
         return record
 
+    def _writer(self, record_type: RecordType, schema: ShippedSchema) -> Writer | None:
+        if not self.generated:
+            return None
+        if record_type not in self._writers:
+            try:
+                self._writers[record_type] = writer_for(schema.parsed, MODEL_OF[record_type])
+            except UnsupportedSchemaError:
+                self._writers[record_type] = None
+        return self._writers[record_type]
+
+    def _reader(self, record_type: RecordType, schema: ShippedSchema) -> Reader | None:
+        if not self.generated:
+            return None
+        if record_type not in self._readers:
+            try:
+                model_type = MODEL_OF[record_type]
+                self._readers[record_type] = reader_for(schema.parsed, model_type, self.limits)
+            except UnsupportedSchemaError:
+                self._readers[record_type] = None
+        return self._readers[record_type]
+
     def _decode(self, record_type: RecordType, data: bytes) -> WireModel:
-        record = self.decode_record(record_type, data)
+        writer, body = self._split(record_type, data)
+        current = self.store.current(record_type)
+        read = self._reader(record_type, current) if writer is current else None
+        model: WireModel | None = None if read is None else read(bytes(body))
+        if model is None:
+            model = self._decode_reference(record_type, writer, current, body)
+        problem = semantic_violation(model)
+        if problem is not None:
+            raise DecodeError(DecodeReason.INVALID_FIELDS, problem)
+        return model
+
+    def _decode_reference(
+        self,
+        record_type: RecordType,
+        writer: ShippedSchema,
+        current: ShippedSchema,
+        body: memoryview,
+    ) -> WireModel:
+        """fastavro, then size limits, then msgspec validation: the path that names problems."""
+        record = self._read_body(writer, current, body)
         too_big = size_violation(record, self.limits)
         if too_big is not None:
             raise DecodeError(DecodeReason.LIMIT_EXCEEDED, too_big)
         model_type = MODEL_OF[record_type]
         try:
-            model = model_type.model_validate(record)
-        except ValidationError as exc:
-            raise _validation_error(exc) from exc
-        problem = semantic_violation(model)
-        if problem is not None:
-            raise DecodeError(DecodeReason.INVALID_FIELDS, problem)
-        return model
+            return from_record(model_type, record)
+        except msgspec.ValidationError as exc:
+            raise _validation_error(exc, model_type, record) from exc
 
     def _split(self, record_type: RecordType, data: bytes) -> tuple[ShippedSchema, memoryview]:
         if not isinstance(data, bytes | bytearray | memoryview):
@@ -273,19 +323,41 @@ class Codec:
         return record
 
 
-def _validation_error(exc: ValidationError) -> DecodeError:
-    errors = exc.errors(include_url=False)
-    for error in errors:
-        if error.get("input") == UNRECOGNIZED_SYMBOL:
-            where = ".".join(str(part) for part in error["loc"])
-            return DecodeError(
-                DecodeReason.UNKNOWN_ENUM_SYMBOL,
-                f"{where} holds a symbol this engine does not know (written by a newer schema?)",
-            )
-    first = errors[0]
-    where = ".".join(str(part) for part in first["loc"])
-    message = f"{where}: {first['msg']} ({len(errors)} problem(s))"
-    return DecodeError(DecodeReason.INVALID_FIELDS, message[:_MAX_MESSAGE])
+def _validation_error(
+    exc: msgspec.ValidationError, model_type: type[WireModel], record: Any
+) -> DecodeError:
+    # A symbol only a newer writer knows reaches us as the schemas' default, UNRECOGNIZED; it
+    # gets its own reason wherever it sits, even when another field is wrong too.
+    where = _unrecognized_symbol(msgspec.inspect.type_info(model_type), record, "")
+    if where is not None:
+        return DecodeError(
+            DecodeReason.UNKNOWN_ENUM_SYMBOL,
+            f"{where} holds a symbol this engine does not know (written by a newer schema?)",
+        )
+    return DecodeError(DecodeReason.INVALID_FIELDS, str(exc)[:_MAX_MESSAGE])
+
+
+def _unrecognized_symbol(info: msgspec.inspect.Type, value: Any, where: str) -> str | None:
+    """The path of the first enum-typed position of ``value`` holding UNRECOGNIZED, or None."""
+    if isinstance(info, msgspec.inspect.EnumType):
+        return where.lstrip(".") if value == UNRECOGNIZED_SYMBOL else None
+    if isinstance(info, msgspec.inspect.StructType) and isinstance(value, dict):
+        for field in info.fields:
+            if field.name in value:
+                found = _unrecognized_symbol(field.type, value[field.name], f"{where}.{field.name}")
+                if found is not None:
+                    return found
+    elif isinstance(info, msgspec.inspect.ListType) and isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _unrecognized_symbol(info.item_type, item, f"{where}.{index}")
+            if found is not None:
+                return found
+    elif isinstance(info, msgspec.inspect.UnionType):
+        for branch in info.types:
+            found = _unrecognized_symbol(branch, value, where)
+            if found is not None:
+                return found
+    return None
 
 
 def fields_of(schema: ShippedSchema, record: Mapping[str, Any]) -> dict[str, Any]:

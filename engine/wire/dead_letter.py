@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-from pydantic import BaseModel, ConfigDict
+from msgspec import Struct
 
 from engine.wire.errors import DecodeError, DecodeReason, SourcePosition
 
@@ -17,17 +17,13 @@ EXCERPT_BYTES = 1024
 DETAIL_CHARS = 1000
 
 
-class DeadLetter(BaseModel):
+class DeadLetter(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One refused input.
 
     Invariant: it carries the original record's position, so an operator can replay or
     inspect it; ``reason`` is one of the stable `DecodeReason` codes; ``key`` and ``value`` are
     the first bytes of the originals, cut only when ``truncated`` says so.
     """
-
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64"
-    )
 
     source_topic: str
     source_partition: int

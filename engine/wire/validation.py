@@ -1,15 +1,15 @@
 """Checks applied to a decoded record: size limits before the model, ranges after it.
 
-Pydantic checks types, enum symbols and digest formats; what it cannot express without
-changing the core models (size limits that are configuration, non-empty batches, ranges)
-lives here, so the codec stays the single gate between bytes and the fold.
+`engine.wire.values` checks types, enum symbols and digest formats; what the value types do
+not express (size limits that are configuration, non-empty batches, ranges) lives here, so the
+codec stays the single gate between bytes and the fold.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from pydantic import BaseModel
+from msgspec import Struct
 
 from engine.core.events import Binding, IntentEvent, IntentKind, PendingRecord, ResumeEvent
 from engine.wire.limits import WireLimits
@@ -107,7 +107,7 @@ def _first_violation(record: Any, list_limits: dict[str, int], max_string: int) 
     return None
 
 
-def semantic_violation(model: BaseModel) -> str | None:
+def semantic_violation(model: Struct) -> str | None:
     """The first range or shape rule the validated model breaks, or None."""
     problem = _generic_problem(model)
     if problem is not None:
@@ -135,24 +135,52 @@ def _pending_problem(pending: PendingRecord) -> str | None:
     return None
 
 
-def _generic_problem(model: BaseModel) -> str | None:
-    fields = vars(model)  # plain dict lookups: getattr on a missing name is slow in pydantic
-    for name in _NON_EMPTY:
-        value = fields.get(name)
+class _Checks(NamedTuple):
+    """The generic rules that apply to one value type: only the fields it has."""
+
+    non_empty: tuple[str, ...]
+    non_negative: tuple[str, ...]
+    bounded: tuple[tuple[str, int], ...]
+    pending: bool
+    binding: bool
+
+
+_CHECKS: dict[type[Struct], _Checks] = {}
+
+
+def _checks_of(kind: type[Struct]) -> _Checks:
+    checks = _CHECKS.get(kind)
+    if checks is None:
+        names = set(kind.__struct_fields__)
+        checks = _Checks(
+            tuple(name for name in _NON_EMPTY if name in names),
+            tuple(name for name in _NON_NEGATIVE if name in names),
+            tuple((name, bound) for name, bound in _BOUNDED.items() if name in names),
+            "pending" in names,
+            "binding" in names,
+        )
+        _CHECKS[kind] = checks
+    return checks
+
+
+def _generic_problem(model: Struct) -> str | None:
+    checks = _checks_of(type(model))
+    for name in checks.non_empty:
+        value = getattr(model, name)
         if isinstance(value, str) and not value.strip():
             return f"{name} must not be empty"
-    for name in _NON_NEGATIVE:
-        value = fields.get(name)
+    for name in checks.non_negative:
+        value = getattr(model, name)
         if isinstance(value, int) and value < 0:
             return f"{name} must not be negative (got {value})"
-    for name, bound in _BOUNDED.items():
-        value = fields.get(name)
+    for name, bound in checks.bounded:
+        value = getattr(model, name)
         if isinstance(value, int) and value > bound:
             return f"{name} is {value}, above its range (at most {bound})"
-    pending = fields.get("pending")
+    pending = getattr(model, "pending", None) if checks.pending else None
     if isinstance(pending, PendingRecord) and pending.persisted_count > MAX_SEQUENCE:
         return f"pending.persisted_count is {pending.persisted_count}, above {MAX_SEQUENCE}"
-    binding = fields.get("binding")
+    binding = getattr(model, "binding", None) if checks.binding else None
     if isinstance(binding, Binding):
         if binding.chunk_size is not None and binding.chunk_size <= 0:
             return "binding.chunk_size must be positive or null"

@@ -16,6 +16,7 @@ import random
 from collections import Counter, defaultdict
 
 from confluent_kafka import Consumer, TopicPartition
+from msgspec.structs import replace
 
 from engine.core.events import (
     AckEvent,
@@ -58,14 +59,11 @@ def workload(sessions: int, seed: int) -> list[Event]:
         ]
         if rng.random() < 0.3:
             chosen.append(resume("e4", record([OUT], [U, C]), tail, runner="copy-b", t=2_100 + t))
-        events += [
-            e.model_copy(update={"session_id": sid, "event_id": f"{sid}/{e.event_id}"})
-            for e in chosen
-        ]
+        events += [replace(e, session_id=sid, event_id=f"{sid}/{e.event_id}") for e in chosen]
         if orphans.random() < 0.1:
             orphan = f"orphan-{seed}-{n}"
             lost = resume("r", record([OUT], [U, C], intent_id="never"), [U, C], t=n)
-            events.append(lost.model_copy(update={"session_id": orphan, "event_id": orphan}))
+            events.append(replace(lost, session_id=orphan, event_id=orphan))
     rng.shuffle(events)  # sessions interleave, and cross-topic order is arbitrary anyway
     return events
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from engine.core.events import AckOutcome, Decision, Event, Reason, Verdict
 from engine.wire import DecodeReason
@@ -27,9 +28,7 @@ U, C, OUT = msg("charge 7"), call("charge-1"), out("charge-1")
 
 
 def for_session(sid: str, events: list[Event]) -> list[Event]:
-    return [
-        e.model_copy(update={"session_id": sid, "event_id": f"{sid}/{e.event_id}"}) for e in events
-    ]
+    return [replace(e, session_id=sid, event_id=f"{sid}/{e.event_id}") for e in events]
 
 
 def final_answer(seen: list[Seen], event_id: str) -> Decision:

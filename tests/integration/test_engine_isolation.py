@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from msgspec.structs import replace
 
 from engine.core.events import AckEvent
 from engine.wire import DecodeReason
@@ -46,7 +47,7 @@ def test_bad_and_huge_inputs_do_not_stop_their_partitions(
 ) -> None:
     settings = engine_settings(kafka_bootstrap, unique_name, tmp_path / "state")
     events = workload(60, seed=41)
-    far_future = events[0].model_copy(update={"event_id": "far-future", "event_time_ms": 2**63 - 1})
+    far_future = replace(events[0], event_id="far-future", event_time_ms=2**63 - 1)
     engine = EngineProcess(settings, tmp_path / "engine.log").start()
     try:
         produce(kafka_bootstrap, settings, events[:90])

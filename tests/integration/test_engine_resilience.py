@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
+from msgspec.structs import replace
 
 from engine.core.events import Decision, Event
 from engine.settings import Settings
@@ -131,11 +132,10 @@ def test_broker_restart_under_load(
             kafka_local.restart(kafka_instance)
             back = time.monotonic()
             probe = [
-                e.model_copy(
-                    update={
-                        "session_id": f"probe-{n}-{e.session_id}",
-                        "event_id": f"probe-{n}-{e.event_id}",
-                    }
+                replace(
+                    e,
+                    session_id=f"probe-{n}-{e.session_id}",
+                    event_id=f"probe-{n}-{e.event_id}",
                 )
                 for e in workload(2, seed=1_000 + n)
             ]

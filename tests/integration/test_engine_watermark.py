@@ -8,6 +8,7 @@ from itertools import count
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from engine.core.events import Event, Reason, Verdict
 from engine.core.state import PARK_MS
@@ -38,13 +39,11 @@ def _on(partition: int, partitions: int, stem: str) -> str:
 def _orphan(sid: str, t: int) -> Event:
     """A resume naming an intent that is never published."""
     event = resume("r", record([OUT], [U, C], intent_id="never"), [U, C], t=t)
-    return event.model_copy(update={"session_id": sid, "event_id": f"{sid}/r"})
+    return replace(event, session_id=sid, event_id=f"{sid}/r")
 
 
 def _intent(sid: str, t: int) -> Event:
-    return intent("e", [OUT], [U, C], t=t).model_copy(
-        update={"session_id": sid, "event_id": f"{sid}/e"}
-    )
+    return replace(intent("e", [OUT], [U, C], t=t), session_id=sid, event_id=f"{sid}/e")
 
 
 def _by_id(seen: list[Seen]) -> dict[str, Seen]:

@@ -19,6 +19,7 @@ from engine.core.digest import digests, item_facts
 from engine.core.events import AckOutcome, Binding, PendingRecord
 from engine.core.state import LEASE_MS
 from engine.settings import Settings
+from engine.wire.values import from_record
 from tests.integration.engine_harness import engine_settings, engine_thread
 from tools import java_runner
 
@@ -169,7 +170,7 @@ def test_java_and_python_share_a_session(engine: Settings, tmp_path: Path) -> No
         topic_prefix=engine.topic_prefix,
         clock=lambda: at["now"],
     )
-    binding = Binding(**BINDING)
+    binding = from_record(Binding, BINDING)
     try:
         # Python registers and loses the ack; Java restores and finds the batch committed.
         sid = f"mixed-{uuid.uuid4().hex[:6]}"

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from msgspec.structs import replace
 
 from engine.core.events import AckOutcome, Event
 from engine.runtime.metrics import EngineMetrics, serve_health
@@ -126,9 +127,7 @@ def _sessions(prefix: str) -> list[Event]:
             ack("e2", AckOutcome.UNKNOWN),
             resume("e3", record([OUT], [U, C]), tail),
         ):
-            events.append(
-                event.model_copy(update={"session_id": sid, "event_id": f"{sid}/{event.event_id}"})
-            )
+            events.append(replace(event, session_id=sid, event_id=f"{sid}/{event.event_id}"))
     return events
 
 

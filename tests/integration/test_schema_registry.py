@@ -16,9 +16,11 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
+from msgspec.structs import replace
 
 from engine.core.events import AckOutcome, Event, Reason, Verdict
 from engine.wire import POLICY, RECORD_TYPE_OF, SHIPPED_SCHEMAS
+from engine.wire.values import to_record
 from tests.integration.engine_harness import (
     engine_settings,
     engine_thread,
@@ -48,7 +50,7 @@ def registry_url() -> Iterator[str]:
 def lost_ack(sid: str) -> list[Event]:
     """intent, unknown ack, resume whose tail shows the batch: CONTINUE / COMMITTED."""
     return [
-        e.model_copy(update={"session_id": sid, "event_id": f"{sid}/{e.event_id}"})
+        replace(e, session_id=sid, event_id=f"{sid}/{e.event_id}")
         for e in (
             intent("e1", [OUT], [U, C]),
             ack("e2", AckOutcome.UNKNOWN),
@@ -75,9 +77,7 @@ def produce_with_avro_serializer(
             conf={"subject.name.strategy": _record_subject},
         )
         topic = settings.topics.topic_for(event)
-        value = serializer(
-            event.model_dump(mode="python"), SerializationContext(topic, MessageField.VALUE)
-        )
+        value = serializer(to_record(event), SerializationContext(topic, MessageField.VALUE))
         assert value is not None
         assert value[:1] == b"\x00"  # Confluent framing, not ours
         producer.produce(topic, key=event.session_id.encode(), value=value)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from msgspec.structs import replace
 
 from engine.admin.topics import create_topics
 from engine.core.events import AckOutcome, Decision, Event, Reason, Verdict
@@ -173,7 +174,7 @@ def test_engine_decides_under_sasl_with_chart_credentials(
 
     sid = f"{prefix}-s"
     events: list[Event] = [
-        e.model_copy(update={"session_id": sid, "event_id": f"{sid}/{e.event_id}"})
+        replace(e, session_id=sid, event_id=f"{sid}/{e.event_id}")
         for e in (
             intent("e1", [OUT], [U, C]),
             ack("e2", AckOutcome.UNKNOWN),

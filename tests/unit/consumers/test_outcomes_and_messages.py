@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from msgspec.structs import replace
 
 from consumers.errors import ProtocolError
 from consumers.messages import ack_event, intent_event, resume_event, tail_limit
@@ -26,6 +27,7 @@ from engine.core.events import (
     Verdict,
 )
 from engine.wire.topics import TopicNames
+from engine.wire.values import from_record, to_json
 
 BINDING = Binding(backend_id="sqlite", namespace="t")
 USER = {"role": "user", "content": "charge 7"}
@@ -49,7 +51,7 @@ def decision(verdict: Verdict, reason: Reason, **kw: object) -> Decision:
         "event_time_ms": 1,
     }
     fields.update(kw)
-    return Decision.model_validate(fields)
+    return from_record(Decision, fields)
 
 
 def test_continue_becomes_continue_without_replay() -> None:
@@ -130,11 +132,11 @@ def test_intent_uses_the_engine_digest_and_keeps_no_content() -> None:
             call_id="charge-1",
         )
     ]
-    assert "receipt-7" not in intent.model_dump_json()
+    assert "receipt-7" not in to_json(intent)
 
 
 def test_ignore_ids_binding_changes_the_digests() -> None:
-    binding = BINDING.model_copy(update={"ignore_ids": True})
+    binding = replace(BINDING, ignore_ids=True)
     intent = intent_event(
         event_id="e1",
         session_id="s1",

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from msgspec.structs import replace
+
 from engine.core.digest import item_facts
 from engine.core.events import (
     AckEvent,
@@ -440,7 +442,7 @@ class World:
         before = self.tail(min(BEFORE_WINDOW, len(self.store)))
         if record.before is not None and before != record.before:
             self.violations.append("APPEND_ONCE granted on a tail that is not `before`")
-        armed = record.model_copy(update={"before": before})
+        armed = replace(record, before=before)
         self._intent(runner, IntentKind.REGISTER, record.intent_id, self.batch_items[k], before)
         runner.checkpoint = self._checkpoint(armed, k)
         self._finish(runner, k, record.intent_id, fault, armed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from msgspec.structs import replace
 
 from engine.core.events import (
     AckOutcome,
@@ -64,7 +65,7 @@ def test_definite_failure_then_own_retry_opens_a_new_attempt() -> None:
 
 def test_old_attempt_store_commit_after_new_grant_is_a_violation() -> None:
     late = ack("a9", AckOutcome.COMMITTED, source=AckSource.STORE, fence=None, t=100_050)
-    late = late.model_copy(update={"fence_token": 0})
+    late = replace(late, fence_token=0)
     events: list[Event] = [
         intent("e1", BATCH, BEFORE),
         ack("a1", AckOutcome.UNKNOWN),
@@ -201,7 +202,7 @@ def test_committed_ack_with_the_tail_intact_is_do_not_replay() -> None:
     assert answer.runner_action is RunnerAction.DO_NOT_REPLAY
 
 
-UNSTABLE = BINDING.model_copy(update={"items_digest_stable": False})
+UNSTABLE = replace(BINDING, items_digest_stable=False)
 
 
 def test_digest_unstable_binding_never_grants_append_on_digests_alone() -> None:
@@ -229,7 +230,7 @@ def test_digest_unstable_binding_grants_append_after_a_definite_failure() -> Non
 
 def test_resume_of_another_sessions_checkpoint_is_answered_at_once() -> None:
     foreign = resume("q1", record(BATCH, BEFORE, intent_id="elsewhere"), BEFORE)
-    foreign = foreign.model_copy(update={"checkpoint_session_id": "s-other"})
+    foreign = replace(foreign, checkpoint_session_id="s-other")
     decisions = replay([foreign])
     assert len(decisions) == 1
     assert (decisions[0].verdict, decisions[0].reason) == (

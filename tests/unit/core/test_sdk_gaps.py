@@ -3,6 +3,8 @@ history): the engine reaches the right verdict or withholds."""
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from engine.core.events import (
     AckOutcome,
     AckSource,
@@ -26,7 +28,7 @@ from tests.unit.core.builders import (
     resume,
 )
 
-UNSTABLE = BINDING.model_copy(update={"items_digest_stable": False})
+UNSTABLE = replace(BINDING, items_digest_stable=False)
 U, C, OUTPUT = msg("charge 7"), call("charge-1"), out("charge-1")
 BEFORE, BATCH = [U, C], [OUTPUT]
 

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from engine.core import fold as fold_module
 from engine.core.events import AnswerSuffix, Decision, Event
@@ -76,7 +77,7 @@ def test_an_input_whose_fold_raises_is_dead_lettered_and_the_partition_goes_on(
 
 def test_an_event_time_of_2_63_minus_1_is_refused_at_decode(tmp_path: Path) -> None:
     settings = _settings(tmp_path)
-    victim = EVENTS[3].model_copy(update={"event_id": "far-future", "event_time_ms": 2**63 - 1})
+    victim = replace(EVENTS[3], event_id="far-future", event_time_ms=2**63 - 1)
     broker = _broker(settings, Faults())
     broker.append(
         settings.topics.topic_for(victim), victim.session_id.encode(), CODEC.encode(victim)

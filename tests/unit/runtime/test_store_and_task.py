@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from engine.core.events import AckOutcome, Reason, Verdict
 from engine.core.state import PARK_MS
@@ -104,7 +105,7 @@ def test_unreadable_state_names_the_fix() -> None:
 def test_read_cache_is_an_lru_bounded_by_estimated_bytes(tmp_path: Path) -> None:
     task = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
     for n in range(40):
-        task.fold(intent(f"e{n}", [OUT], [U, C]).model_copy(update={"session_id": f"s{n}"}), n)
+        task.fold(replace(intent(f"e{n}", [OUT], [U, C]), session_id=f"s{n}"), n)
     task.changelog_records()
     task.persist()
     sizes = [len(task.store.get(f"s{n}") or b"") * DECODED_BYTES_PER_ENCODED for n in range(40)]
@@ -147,9 +148,7 @@ def test_an_orphan_resume_is_answered_when_other_sessions_intents_pass_its_deadl
     orphan = resume("r1", record([OUT], [U, C], intent_id="never"), [U, C], t=10_000)
     _, first, _ = task.fold(orphan, offset=0)
     assert [d.verdict for d in first] == [Verdict.DEFERRED]
-    other = intent("e1", [OUT], [U, C], t=10_000 + PARK_MS - 1).model_copy(
-        update={"session_id": "s2"}
-    )
+    other = replace(intent("e1", [OUT], [U, C], t=10_000 + PARK_MS - 1), session_id="s2")
     task.fold(other, offset=0)
     assert task.expire_overdue() == []  # one millisecond short of the deadline
     task.changelog_records()
@@ -158,7 +157,7 @@ def test_an_orphan_resume_is_answered_when_other_sessions_intents_pass_its_deadl
 
     restarted = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
     assert restarted.watermark == 10_000 + PARK_MS - 1
-    later = other.model_copy(update={"event_id": "e2", "event_time_ms": 10_000 + PARK_MS})
+    later = replace(other, event_id="e2", event_time_ms=10_000 + PARK_MS)
     restarted.fold(later, offset=1)
     answers = restarted.expire_overdue()
     assert [(d.decision_id, d.reason) for d, _ in answers] == [

@@ -30,6 +30,7 @@ from engine.wire import (
 )
 from engine.wire.codec import UNRECOGNIZED_SYMBOL
 from engine.wire.schema_store import load_shipped_schemas, shipped_schema_root
+from engine.wire.values import from_json, to_json_record, to_record
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "wire"
 POSITION = SourcePosition("reconciler.intents", 3, 1234)
@@ -37,7 +38,7 @@ POSITION = SourcePosition("reconciler.intents", 3, 1234)
 
 def _fixture_model(record_type: RecordType, variant: str = "full") -> Any:
     text = (CORPUS / record_type.value / "v1" / f"{variant}.json").read_text()
-    return MODEL_OF[record_type].model_validate_json(text)
+    return from_json(MODEL_OF[record_type], text)
 
 
 def _intent(n_items: int = 2, **changes: Any) -> IntentEvent:
@@ -103,7 +104,7 @@ def test_confluent_serializer_bytes_decode_with_our_registry_framing() -> None:
     serializer = AvroSerializer(client, json.dumps(dict(shipped.source)))
     model = _fixture_model(RecordType.REPAIR)
     context = SerializationContext("reconciler.intents", MessageField.VALUE)
-    data = serializer(model.model_dump(mode="json"), context)
+    data = serializer(to_json_record(model), context)
     codec = Codec(framing=RegistryFraming(SHIPPED_SCHEMAS, client, register=False))
     assert codec.decode(RecordType.REPAIR, data) == model
 
@@ -267,7 +268,7 @@ def test_old_writer_is_resolved_to_the_new_reader(evolved_store: Any) -> None:
 def test_old_reader_maps_a_newer_enum_symbol_to_unrecognized(evolved_store: Any) -> None:
     """Other consumers on v1 survive a v2 symbol: they read the enum default and refuse it."""
     v2 = evolved_store.get(RecordType.INTENT, NEXT)
-    record = {**_intent().model_dump(mode="python"), "kind": "SPLIT", "origin": "store"}
+    record = {**to_record(_intent()), "kind": "SPLIT", "origin": "store"}
     body = io.BytesIO()
     fastavro.schemaless_writer(body, v2.parsed, record)
     v1 = SHIPPED_SCHEMAS.current(RecordType.INTENT)
@@ -281,7 +282,7 @@ def test_old_reader_maps_a_newer_enum_symbol_to_unrecognized(evolved_store: Any)
 
 def test_current_engine_refuses_a_version_it_does_not_ship(evolved_store: Any) -> None:
     v2 = evolved_store.get(RecordType.INTENT, NEXT)
-    record = {**_intent().model_dump(mode="python"), "origin": "store"}
+    record = {**to_record(_intent()), "origin": "store"}
     data = Codec(store=evolved_store).encode_record(v2, record)
     with pytest.raises(DecodeError) as caught:
         Codec().decode(RecordType.INTENT, data)
@@ -295,5 +296,5 @@ def test_encode_writes_the_bytes_of_a_plain_fastavro_write(record_type: RecordTy
     model = _fixture_model(record_type)
     schema = SHIPPED_SCHEMAS.current(record_type)
     body = io.BytesIO()
-    fastavro.schemaless_writer(body, schema.parsed, model.model_dump(mode="python"), strict=True)
+    fastavro.schemaless_writer(body, schema.parsed, to_record(model), strict=True)
     assert codec.encode(model) == codec.framing.header_for(schema) + body.getvalue()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from msgspec import Struct
 
 from engine.wire import MODEL_OF, POLICY, SchemaPolicyError, SchemaStore, ShippedSchema
 from engine.wire.codec import UNRECOGNIZED_SYMBOL
@@ -114,25 +114,27 @@ def _model_of_annotation(annotation: Any) -> list[type]:
 
 
 def _assert_mirrors(
-    model: type[BaseModel], record: dict[str, Any], where: str, named: dict[str, Any]
+    model: type[Struct], record: dict[str, Any], where: str, named: dict[str, Any]
 ) -> None:
     fields = {field["name"]: field for field in record["fields"]}
-    assert list(model.model_fields) == list(fields), where
-    for name, info in model.model_fields.items():
+    assert list(model.__struct_fields__) == list(fields), where
+    hints = typing.get_type_hints(model)
+    for name in model.__struct_fields__:
+        annotation = hints[name]
         field = fields[name]
         avro_type = field["type"]
         nullable = isinstance(avro_type, list) and "null" in avro_type
-        origin = typing.get_origin(info.annotation)
+        origin = typing.get_origin(annotation)
         optional = origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(
-            info.annotation
+            annotation
         )
         assert optional == nullable, f"{where}.{name}: nullability differs"
         inner = next(t for t in avro_type if t != "null") if nullable else avro_type
         if isinstance(inner, dict) and isinstance(inner.get("items"), str):
             inner = {**inner, "items": named.get(inner["items"], inner["items"])}
         inner = named.get(inner, inner) if isinstance(inner, str) else inner
-        for cls in _model_of_annotation(info.annotation):
-            if issubclass(cls, BaseModel):
+        for cls in _model_of_annotation(annotation):
+            if issubclass(cls, Struct):
                 nested = inner["items"] if inner.get("type") == "array" else inner
                 _assert_mirrors(cls, nested, f"{where}.{name}", named)
             elif issubclass(cls, StrEnum):
