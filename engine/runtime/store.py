@@ -32,6 +32,7 @@ CREATE INDEX IF NOT EXISTS sessions_pending ON sessions(pending_status)
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 NO_OFFSET = -1
+DEFAULT_CACHE_KIB = 2_048  # SQLite's own default page cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +51,13 @@ class StoreWrite:
 class LocalStore:
     """Session states (encoded changelog values) plus the changelog offset they reflect."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, cache_kib: int = DEFAULT_CACHE_KIB) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(f"PRAGMA cache_size=-{max(64, int(cache_kib))}")  # negative: KiB
         self._db.executescript(_SCHEMA)
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
         if "health" not in columns:  # a store made before the column existed
