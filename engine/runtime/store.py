@@ -80,11 +80,13 @@ class LocalStore:
         row = self._db.execute("SELECT value FROM meta WHERE key='watermark'").fetchone()
         return int(row[0]) if row is not None else None
 
-    def parked_due(self, watermark: int) -> list[str]:
-        """Sessions whose earliest parked resume is due at `watermark` (an index range)."""
+    def parked_due(self, watermark: int, after: int | None = None) -> list[str]:
+        """Sessions whose earliest parked resume is due at `watermark`, past `after` if given
+        (an index range)."""
         rows = self._db.execute(
-            "SELECT session_id FROM sessions WHERE park_deadline_ms <= ? ORDER BY session_id",
-            (watermark,),
+            "SELECT session_id FROM sessions WHERE park_deadline_ms <= ? AND park_deadline_ms > ?"
+            " ORDER BY session_id",
+            (watermark, after if after is not None else -(2**62)),
         )
         return [str(row[0]) for row in rows]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
@@ -102,6 +103,12 @@ class PartitionTask:
     # bound of the park deadlines of its sessions, so most folds skip the index query.
     watermark: int = NO_WATERMARK
     _next_deadline: int | None = None
+    # Within the open transaction: the watermark the store's index was last swept at (rows at
+    # or below it were answered into the write cache, but the store still lists them until
+    # step 6), and the park deadlines of write-cache sessions as a heap (stale entries are
+    # skipped). Both keep a sweep proportional to what is due, not to the transaction's size.
+    _swept: int = NO_WATERMARK
+    _cache_deadlines: list[tuple[int, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._load_watermark()
@@ -110,6 +117,8 @@ class PartitionTask:
         stored = self.store.watermark()
         self.watermark = NO_WATERMARK if stored is None else stored
         self._next_deadline = self.store.next_park_deadline()
+        self._swept = NO_WATERMARK
+        self._cache_deadlines = []
 
     def state_of(self, session_id: str) -> SessionState | None:
         cached = self.cache.get(session_id)
@@ -168,11 +177,14 @@ class PartitionTask:
         self.since[event.session_id] = since
         self.folded += 1
         self.watermark = advance(self.watermark, event)
-        self._lower_next_deadline(park_deadline(after))
+        self._track_deadline(event.session_id, park_deadline(after))
         return before, result.decisions, payloads
 
-    def _lower_next_deadline(self, deadline: int | None) -> None:
-        if deadline is not None and (self._next_deadline is None or deadline < self._next_deadline):
+    def _track_deadline(self, session_id: str, deadline: int | None) -> None:
+        if deadline is None:
+            return
+        heapq.heappush(self._cache_deadlines, (deadline, session_id))
+        if self._next_deadline is None or deadline < self._next_deadline:
             self._next_deadline = deadline
 
     def watermark_source(self) -> str:
@@ -190,8 +202,10 @@ class PartitionTask:
         watermark = self.watermark
         if self._next_deadline is None or self._next_deadline > watermark:
             return []
-        due = set(self.store.parked_due(watermark))
-        due.update(sid for sid, state in self.cache.items() if state.parked_resumes)
+        due = set(self.store.parked_due(watermark, after=self._swept))
+        self._swept = watermark
+        while self._cache_deadlines and self._cache_deadlines[0][0] <= watermark:
+            due.add(heapq.heappop(self._cache_deadlines)[1])
         answers: list[tuple[Decision, bytes]] = []
         next_deadline = self.store.next_park_deadline(after=watermark)
         for session_id in sorted(due):
@@ -206,16 +220,18 @@ class PartitionTask:
                 payloads = [encode(decision) for decision in decisions]
             except Exception:
                 # Not an input, so nothing to dead-letter: the session keeps waiting and is
-                # tried again when the watermark next moves.
+                # tried again by the next transaction's first sweep (the store still lists it).
                 log.exception("answering parked resumes of %s failed", session_id[:200])
                 continue
             self.since[session_id] = self._pending_since(state, after, watermark)
             self.cache[session_id] = after
             self._state_bytes[session_id] = state_bytes
             answers.extend(zip(decisions, payloads, strict=True))
+            self._track_deadline(session_id, park_deadline(after))
+        if self._cache_deadlines:
+            earliest = self._cache_deadlines[0][0]
+            next_deadline = earliest if next_deadline is None else min(next_deadline, earliest)
         self._next_deadline = next_deadline
-        for state in self.cache.values():
-            self._lower_next_deadline(park_deadline(state))
         return answers
 
     def _pending_since(

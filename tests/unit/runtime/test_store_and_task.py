@@ -198,3 +198,41 @@ def test_restore_reads_the_park_deadline_and_the_watermark_from_changelog_header
     )
     assert store.next_park_deadline() == 70_000
     assert store.next_park_deadline(after=70_000) is None
+
+
+class _CountingStore(LocalStore):
+    """Counts the index rows the sweeps read (the cost that grew with the transaction)."""
+
+    rows_read = 0
+
+    def parked_due(self, watermark: int, after: int | None = None) -> list[str]:
+        rows = super().parked_due(watermark, after)
+        self.rows_read += len(rows)
+        return rows
+
+
+def test_sweeps_read_each_due_session_once_per_transaction(tmp_path: Path) -> None:
+    """60 orphans committed, then one transaction whose intents pass their deadlines one by
+    one: every orphan is answered once, and the store's index is read once per orphan (the
+    store lists answered sessions until step 6, so re-reading them made a long transaction
+    quadratic: a 200,000-session run outlived the transaction timeout)."""
+    store = _CountingStore(tmp_path / "p0.sqlite")
+    task = PartitionTask(partition=0, store=store)
+    orphans = 60
+    for n in range(orphans):
+        lost = resume("r", record([OUT], [U, C], intent_id="never"), [U, C], t=1_000 + n)
+        task.fold(replace(lost, session_id=f"o{n:03d}", event_id=f"o{n:03d}/r"), offset=n)
+    task.changelog_records()
+    task.persist()
+
+    answered: list[str] = []
+    for n in range(orphans):
+        tick = intent("e", [OUT], [U, C], t=1_000 + n + PARK_MS)
+        task.fold(replace(tick, session_id=f"s{n:03d}", event_id=f"s{n:03d}/e"), offset=n)
+        answered += [d.decision_id for d, _ in task.expire_overdue()]
+    assert answered == [f"o{n:03d}/r/final" for n in range(orphans)]
+    assert store.rows_read == orphans
+
+    task.discard()  # an abort: the next transaction sweeps the committed index again
+    task.fold(replace(tick, event_id="again"), offset=orphans)
+    assert len(task.expire_overdue()) == orphans
