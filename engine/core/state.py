@@ -73,7 +73,7 @@ class _Frozen(Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     """Immutable value: change one with `msgspec.structs.replace` (no validation on the way).
 
     ``gc=False``: values never refer back to themselves, so the cycle collector need not track
-    them; with a read cache of 200,000 states a full collection visits 7x fewer objects.
+    them; a full collection over a large read cache then visits only the states' lists.
     """
 
 
