@@ -41,10 +41,24 @@ soak-core: setup
 	LIFECYCLE_SOAK=1 LIFECYCLE_EXAMPLES=$${EXAMPLES:-100000} $(VENV)/bin/pytest -q -p no:cacheprovider --timeout=0 \
 		--hypothesis-show-statistics tests/unit/core/test_lifecycle.py
 
-## bench: throughput, latency and restore figures against the local broker (not a test).
-bench: setup
-	$(PY) tools/kafka_local.py start --instance dev
-	$(PY) -m tools.bench_engine --bootstrap-servers $(BOOTSTRAP)
+## bench: one table from one run (not a test): throughput of the raw EOS pipe, reconciler with 1
+## and 2 processes and Quix Streams (same fold), rounds interleaved; latency; restore, RSS and
+## failover. Its own broker (instance "bench"), stopped at the end. BENCH_ARGS= passes options
+## (e.g. BENCH_ARGS="--sessions 2000 --rounds 1"). Quix lives in .venv-quix: installing it into
+## .venv would downgrade pydantic and confluent-kafka.
+QUIX_VENV := .venv-quix
+$(QUIX_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(QUIX_VENV)
+	$(QUIX_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(QUIX_VENV)/bin/python -m pip install --quiet quixstreams==3.28.1 "msgspec>=0.19"
+	$(QUIX_VENV)/bin/python -m pip install --quiet --no-deps -e .
+	@touch $@
+
+bench: setup $(QUIX_VENV)/.installed
+	$(PY) tools/kafka_local.py start --instance bench
+	$(PY) -m tools.bench_engine --quix-python $(QUIX_VENV)/bin/python \
+		--bootstrap-servers $$($(PY) tools/kafka_local.py bootstrap --instance bench) $(BENCH_ARGS); \
+		code=$$?; $(PY) tools/kafka_local.py stop --instance bench; exit $$code
 
 ## java-runner: build the Java example runner (examples/java-runner/) with Maven; the tests do too.
 java-runner: setup
@@ -79,4 +93,4 @@ broker-stop:
 	$(PY) tools/kafka_local.py stop --instance dev
 
 clean: broker-stop
-	rm -rf $(VENV) .kafka .registry .mypy_cache .ruff_cache .pytest_cache .hypothesis examples/java-runner/target
+	rm -rf $(VENV) $(QUIX_VENV) .kafka .registry .mypy_cache .ruff_cache .pytest_cache .hypothesis examples/java-runner/target

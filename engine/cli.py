@@ -7,6 +7,7 @@ error (Kafka unreachable, wrong topic layout) ends with its cause and fix and ex
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -103,13 +104,33 @@ def _run(args: argparse.Namespace) -> int:
     import logging
 
     from engine.oplog import configure
-    from engine.runtime.supervisor import Backoff, supervise
+    from engine.runtime.memory import child_env
+    from engine.runtime.supervisor import Backoff, supervise_all
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = _run_settings(args)  # bad settings end here with exit 2, before any child
     configure(settings.log_format)
     if args.child:
         return _run_engine(settings)
+    commands = [_child_command(args, settings, n) for n in range(settings.processes)]
+    code = supervise_all(
+        commands,
+        env=child_env(os.environ, settings.malloc_arena_max),
+        backoff=Backoff(max_s=settings.restart_backoff_max_s),
+    )
+    return code if code >= 0 else 128 - code  # killed by a signal: the shell's convention
+
+
+def _child_command(args: argparse.Namespace, settings: Settings, n: int) -> list[str]:
+    """The engine child's command line; with --processes N > 1, child n gets its own instance
+    id (its transactional id and static group membership), state folder and metrics port."""
+    own: dict[str, object] = {}
+    if settings.processes > 1:
+        own = {
+            "--instance-id": f"{settings.instance_id}-{n}",
+            "--state-dir": settings.state_dir / f"process-{n}",
+            "--metrics-port": settings.metrics_port + n if settings.metrics_port else 0,
+        }
     command = [sys.executable, "-m", "engine.cli", "run", "--child"]
     for flag, value in (
         ("--config", args.config),
@@ -122,10 +143,10 @@ def _run(args: argparse.Namespace) -> int:
         ("--log-format", args.log_format),
         ("--schema-registry-url", args.schema_registry_url),
     ):
+        value = own.get(flag, value)
         if value is not None:
             command += [flag, str(value)]
-    code = supervise(command, backoff=Backoff(max_s=settings.restart_backoff_max_s))
-    return code if code >= 0 else 128 - code  # killed by a signal: the shell's convention
+    return command
 
 
 def _run_settings(args: argparse.Namespace) -> Settings:
@@ -139,6 +160,7 @@ def _run_settings(args: argparse.Namespace) -> Settings:
         metrics_port=args.metrics_port,
         log_format=args.log_format,
         schema_registry_url=args.schema_registry_url,
+        processes=args.processes,
     )
 
 
@@ -243,6 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--schema-registry-url",
         help="Confluent-compatible registry: also accept registry-framed inputs",
+    )
+    run.add_argument(
+        "--processes",
+        type=int,
+        help="engine processes in the group, one per core (default: 1, or RECONCILER_PROCESSES)",
     )
     # The supervisor starts the engine itself with --child; users never pass it.
     run.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

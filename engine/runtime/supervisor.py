@@ -47,46 +47,90 @@ def supervise(
 ) -> int:
     """Run `command` until it exits 0 (a drained stop) or 2 (bad settings), or until this
     process gets SIGTERM/SIGINT, which is forwarded; returns the last child's exit status."""
+    return supervise_all([command], env, backoff)
+
+
+def supervise_all(
+    commands: Sequence[Sequence[str]],
+    env: Mapping[str, str] | None = None,
+    backoff: Backoff | None = None,
+) -> int:
+    """`supervise` for several children at once (`reconciler run --processes N`): each is
+    restarted on its own, SIGTERM/SIGINT go to all; returns the first nonzero final status,
+    else 0. One thread per child waits on it, so a restart never waits on a sibling."""
     backoff = backoff or Backoff()
     stopping = threading.Event()
-    child: subprocess.Popen[bytes] | None = None
+    children: dict[int, subprocess.Popen[bytes]] = {}
+    codes: dict[int, int] = {}
 
     def forward(signum: int, frame: FrameType | None) -> None:
         stopping.set()
-        if child is not None and child.poll() is None:
-            child.send_signal(signum)
+        for child in list(children.values()):
+            if child.poll() is None:
+                child.send_signal(signum)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
-    restarts = quick_failures = 0
+
+    def run(index: int, command: Sequence[str]) -> None:
+        codes[index] = _keep_running(command, env, backoff, stopping, children, index)
+
+    threads = [
+        threading.Thread(target=run, args=(i, c), name=f"supervise-{i}", daemon=True)
+        for i, c in enumerate(commands)
+    ]
     try:
-        while True:
-            child_env = dict(os.environ if env is None else env)
-            child_env[RESTARTS_ENV] = str(restarts)
-            child_env[SUPERVISOR_ENV] = str(os.getpid())
-            started = time.monotonic()
-            child = subprocess.Popen(list(command), env=child_env)
-            log.info("engine pid %d started (restarts so far: %d)", child.pid, restarts)
-            code = child.wait()
-            lived = time.monotonic() - started
-            if stopping.is_set() or code in (0, CONFIG_ERROR_EXIT):
-                log.info("engine pid %d exited with %d; supervisor done", child.pid, code)
-                return code
-            quick_failures = 1 if lived >= HEALTHY_AFTER_S else quick_failures + 1
-            restarts += 1
-            delay = backoff.delay(quick_failures)
-            log.error(
-                "engine pid %d exited with %d after %.1fs; restart #%d in %.1fs",
-                child.pid,
-                code,
-                lived,
-                restarts,
-                delay,
-            )
-            if stopping.wait(delay):
-                return code
+        if len(commands) == 1:  # in this thread, so the child shows in /proc/<pid>/children
+            run(0, commands[0])
+            threads = []
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():  # a timed join lets the main thread run signal handlers
+                thread.join(0.2)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    return next((code for _, code in sorted(codes.items()) if code != 0), 0)
+
+
+def _keep_running(
+    command: Sequence[str],
+    env: Mapping[str, str] | None,
+    backoff: Backoff,
+    stopping: threading.Event,
+    children: dict[int, subprocess.Popen[bytes]],
+    index: int,
+) -> int:
+    restarts = quick_failures = 0
+    while True:
+        child_env = dict(os.environ if env is None else env)
+        child_env[RESTARTS_ENV] = str(restarts)
+        child_env[SUPERVISOR_ENV] = str(os.getpid())
+        started = time.monotonic()
+        if stopping.is_set():  # a signal came during the backoff: start nothing new
+            return 0
+        child = children[index] = subprocess.Popen(list(command), env=child_env)
+        if stopping.is_set():  # the signal came while it started: forward() missed it
+            child.terminate()
+        log.info("engine pid %d started (restarts so far: %d)", child.pid, restarts)
+        code = child.wait()
+        lived = time.monotonic() - started
+        if stopping.is_set() or code in (0, CONFIG_ERROR_EXIT):
+            log.info("engine pid %d exited with %d; supervisor done", child.pid, code)
+            return code
+        quick_failures = 1 if lived >= HEALTHY_AFTER_S else quick_failures + 1
+        restarts += 1
+        delay = backoff.delay(quick_failures)
+        log.error(
+            "engine pid %d exited with %d after %.1fs; restart #%d in %.1fs",
+            child.pid,
+            code,
+            lived,
+            restarts,
+            delay,
+        )
+        if stopping.wait(delay):
+            return code
 
 
 def parent_gone() -> bool:

@@ -75,3 +75,25 @@ def test_cli_missing_config_file_exits_2(
 ) -> None:
     assert main(["topics", "verify", "--config", str(tmp_path / "nope.toml")]) == 2
     assert "cannot read settings file" in capsys.readouterr().err
+
+
+def test_each_of_n_processes_gets_its_own_instance_state_dir_and_port(tmp_path: Path) -> None:
+    from engine.cli import _child_command, _run_settings, build_parser
+
+    argv = ["run", "--processes", "2", "--state-dir", str(tmp_path), "--metrics-port", "9500"]
+    args = build_parser().parse_args(argv)
+    settings = _run_settings(args)
+    commands = [_child_command(args, settings, n) for n in range(settings.processes)]
+    for n, command in enumerate(commands):
+        flags = dict(zip(command[5::2], command[6::2], strict=True))
+        assert command[3:5] == ["run", "--child"]
+        assert flags["--instance-id"] == f"engine-0-{n}"
+        assert flags["--state-dir"] == str(tmp_path / f"process-{n}")
+        assert flags["--metrics-port"] == str(9500 + n)
+    one = build_parser().parse_args(["run", "--state-dir", str(tmp_path)])
+    assert _child_command(one, _run_settings(one), 0)[5:] == ["--state-dir", str(tmp_path)]
+
+
+def test_processes_must_be_at_least_one() -> None:
+    with pytest.raises(ConfigError, match="processes"):
+        load_settings(environ={"RECONCILER_PROCESSES": "0"})

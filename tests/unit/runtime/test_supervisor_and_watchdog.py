@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine.runtime.metrics import EngineMetrics, serve_health
-from engine.runtime.supervisor import RESTARTS_ENV, Backoff, supervise
+from engine.runtime.supervisor import RESTARTS_ENV, Backoff, supervise, supervise_all
 from engine.runtime.watchdog import Expired, Watchdog
 
 CHILD = """
@@ -42,6 +42,20 @@ def test_bad_settings_are_not_restarted(tmp_path: Path) -> None:
     command = [sys.executable, "-c", CHILD, str(runs), "2", "0"]
     assert supervise(command, backoff=Backoff(initial_s=0.0, max_s=0.0)) == 2
     assert runs.read_text() == "0,"
+
+
+def test_several_children_are_restarted_each_on_its_own(tmp_path: Path) -> None:
+    first = [sys.executable, "-c", CHILD, str(tmp_path / "a"), "75", "75", "0"]
+    second = [sys.executable, "-c", CHILD, str(tmp_path / "b"), "0"]
+    assert supervise_all([first, second], backoff=Backoff(initial_s=0.0, max_s=0.0)) == 0
+    assert (tmp_path / "a").read_text() == "0,1,2,"
+    assert (tmp_path / "b").read_text() == "0,"
+
+
+def test_several_children_report_the_first_that_failed_for_good(tmp_path: Path) -> None:
+    good = [sys.executable, "-c", CHILD, str(tmp_path / "a"), "0"]
+    bad = [sys.executable, "-c", CHILD, str(tmp_path / "b"), "2"]
+    assert supervise_all([good, bad], backoff=Backoff(initial_s=0.0, max_s=0.0)) == 2
 
 
 def test_backoff_doubles_up_to_its_cap() -> None:

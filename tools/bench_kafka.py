@@ -1,0 +1,259 @@
+"""What the `make bench` runs share: fresh topics per run, the pre-encoded input, the answer
+counter (the bench client) and starting or stopping a system under test.
+
+Every run gets its own topic prefix and group, so no run sees another's decisions, changelog or
+offsets; the input bytes are encoded once and produced again for each run before it starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from engine.admin.topics import create_topics
+from engine.core.events import AckEvent, Event, IntentEvent, Reason
+from engine.settings import Settings, load_settings
+from engine.wire import Codec, RecordType
+
+CODEC = Codec()
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Input:
+    """One pre-encoded input record; `kind` picks the topic of whatever prefix a run has."""
+
+    kind: RecordType
+    key: bytes
+    value: bytes
+    event_id: str
+
+
+def encode_inputs(events: Sequence[Event]) -> list[Input]:
+    def kind(event: Event) -> RecordType:
+        if isinstance(event, IntentEvent):
+            return RecordType.INTENT
+        return RecordType.ACK if isinstance(event, AckEvent) else RecordType.RESUME
+
+    return [Input(kind(e), e.session_id.encode(), CODEC.encode(e), e.event_id) for e in events]
+
+
+def topic_of(settings: Settings, kind: RecordType) -> str:
+    topics = settings.topics
+    return {RecordType.INTENT: topics.intents, RecordType.ACK: topics.acks}.get(
+        kind, topics.resumes
+    )
+
+
+def fresh_settings(bootstrap: str, partitions: int, commit_ms: int, **extra: Any) -> Settings:
+    """A new prefix, group and state folder, with the engine's topics created."""
+    prefix = f"bench-{uuid.uuid4().hex[:8]}."
+    settings = load_settings(
+        environ={},
+        bootstrap_servers=bootstrap,
+        topic_prefix=prefix,
+        partitions=partitions,
+        group_id=f"{prefix}engine",
+        commit_interval_ms=commit_ms,
+        state_dir=Path(tempfile.mkdtemp(prefix="bench-state-")),
+        **extra,
+    )
+    create_topics(settings)
+    return settings
+
+
+def produce_inputs(settings: Settings, inputs: Sequence[Input]) -> None:
+    """Everything, flushed, before the system under test starts (Java-compatible murmur2)."""
+    producer = Producer(settings.client_config(partitioner="murmur2_random", **{"linger.ms": 20}))
+    for n, record in enumerate(inputs):
+        while True:
+            try:
+                producer.produce(
+                    topic_of(settings, record.kind), key=record.key, value=record.value
+                )
+                break
+            except BufferError:  # librdkafka's local queue is full: let deliveries drain
+                producer.poll(0.1)
+        if n % 5000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise SystemExit("bench: the input did not reach the broker within 120 s")
+
+
+@dataclass
+class AnswerCounter:
+    """The bench client: reads the decisions topic read_committed from the start and notes
+    when the first answer arrived and when every input had its final answer.
+
+    An input counts once, at its final answer: not at a PARKED record or a DEFERRED (non-final)
+    answer, which inputs that arrive before the intent they name get first. With
+    `count_records`, every record counts (the raw pipe writes one per input and no decisions).
+    """
+
+    settings: Settings
+    expected: set[str]
+    count_records: bool = False
+    from_end: bool = False
+    first_at: float = 0.0
+    first_batch: int = 0
+    done_at: float = 0.0
+    decisions: int = 0
+    _waiting: set[str] = field(default_factory=set)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> AnswerCounter:
+        self._waiting = set(self.expected)
+        self._thread = threading.Thread(target=self._run, name="answer-counter", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        consumer = Consumer(
+            self.settings.client_config(
+                **{
+                    "group.id": f"count-{uuid.uuid4().hex[:8]}",
+                    "isolation.level": "read_committed",
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False,
+                    "fetch.wait.max.ms": 10,
+                }
+            )
+        )
+        topic = self.settings.topics.decisions
+        # assign(), not subscribe(): reading starts at once, with no group join to wait for
+        starts = [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1] if self.from_end else 0
+            for p in range(self.settings.partitions)
+        ]
+        consumer.assign([TopicPartition(topic, p, o) for p, o in enumerate(starts)])
+        remaining = len(self.expected)
+        try:
+            while not self._stop.is_set() and remaining:
+                batch = consumer.consume(5000, timeout=0.1)
+                now = time.monotonic()
+                for message in batch:
+                    if message.error() is not None:
+                        continue
+                    self.first_at = self.first_at or now
+                    self.decisions += 1
+                    if self.count_records:
+                        remaining -= 1
+                        continue
+                    decision = CODEC.decode_record(RecordType.DECISION, message.value() or b"")
+                    if decision["final"] and decision["reason"] != Reason.PARKED:
+                        self._waiting.discard(str(decision["in_reply_to"]))
+                if not self.count_records:
+                    remaining = len(self._waiting)
+                if self.first_at == now:  # the answers read together with the first one
+                    self.first_batch = len(self.expected) - remaining
+            if not remaining:
+                self.done_at = time.monotonic()
+        finally:
+            consumer.close()
+
+    def rate(self) -> float:
+        """Answers per second after the first read: (answers - those in the first read) /
+        (last answer - first answer). Start-up (imports, group join, restore) and the first
+        transaction's wait are left out; a steady stream is estimated without bias."""
+        later = len(self.expected) - self.first_batch
+        return later / max(1e-6, self.done_at - self.first_at)
+
+    def wait(self, timeout_s: float) -> bool:
+        """True when every input was answered within `timeout_s`."""
+        assert self._thread is not None
+        self._thread.join(timeout_s)
+        self._stop.set()
+        self._thread.join()
+        return bool(self.done_at)
+
+
+def engine_env(
+    settings: Settings, processes: int = 1, instance_id: str = "engine-0"
+) -> dict[str, str]:
+    env = dict(os.environ)
+    for name in (
+        "bootstrap_servers",
+        "topic_prefix",
+        "partitions",
+        "group_id",
+        "state_dir",
+        "commit_interval_ms",
+        "metrics_port",
+        "session_timeout_ms",
+    ):
+        env[f"RECONCILER_{name.upper()}"] = str(getattr(settings, name))
+    env["RECONCILER_PROCESSES"] = str(processes)
+    env["RECONCILER_INSTANCE_ID"] = instance_id
+    return env
+
+
+def start(
+    command: Sequence[str], log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A system under test in its own process group (stop() reaches its children too)."""
+    return subprocess.Popen(
+        list(command),
+        env=env,
+        cwd=REPO,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def start_engine(
+    settings: Settings, log: Path, processes: int = 1, instance_id: str = "engine-0"
+) -> subprocess.Popen[bytes]:
+    """`reconciler run`, the command a user starts, with the settings in its environment."""
+    command = [sys.executable, "-m", "engine.cli", "run"]
+    return start(command, log, engine_env(settings, processes, instance_id))
+
+
+def stop(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    """SIGTERM (drain and commit), then SIGKILL of the whole group if it hangs."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    """kill -9 of the whole process group (a pod gone: supervisor and engine at once)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+
+def rss_mb(pid: int, field_name: str = "VmRSS") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field_name}:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def children_of(pid: int) -> list[int]:
+    """Child pids, whichever thread of `pid` started them."""
+    found: list[int] = []
+    tasks = Path(f"/proc/{pid}/task")
+    for task in tasks.iterdir() if tasks.exists() else []:
+        children = task / "children"
+        if children.exists():
+            found += [int(child) for child in children.read_text().split()]
+    return sorted(found)
