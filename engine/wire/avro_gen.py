@@ -92,13 +92,14 @@ _COMMON: dict[str, Any] = {
 
 
 class _Gen:
-    """Source text for one top-level schema; named records become functions, once each."""
+    """Source text for one top-level schema: one function, nested records written out inline
+    (the shipped schemas are not recursive)."""
 
     def __init__(self, limits: WireLimits | None) -> None:
         self.limits = limits
         self.lines: list[str] = []
         self.namespace: dict[str, Any] = dict(_COMMON)
-        self.records: dict[str, str] = {}  # Avro full name -> function name
+        self.records: dict[str, str] = {}  # Avro full name of the top record -> function name
         self.named: dict[str, Any] = {}  # Avro full name -> definition
         self.counter = 0
 
