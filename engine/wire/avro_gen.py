@@ -144,10 +144,9 @@ class _WriterGen(_Gen):
         return fn
 
     def write(self, avro: Any, info: Any, expr: str, out: list[str], ind: str) -> None:
+        _not_too_deep(ind)
         avro = self.resolve(avro)
-        kind = (
-            avro if isinstance(avro, str) else avro.get("type") if isinstance(avro, dict) else None
-        )
+        kind = _kind(avro)
         if kind == "string":
             t = self.temp()
             out.append(f"{ind}{t} = {expr}.encode()")
@@ -209,10 +208,9 @@ class _ReaderGen(_Gen):
         return fn
 
     def read(self, avro: Any, info: Any, target: str, field: str, out: list[str], ind: str) -> None:
+        _not_too_deep(ind)
         avro = self.resolve(avro)
-        kind = (
-            avro if isinstance(avro, str) else avro.get("type") if isinstance(avro, dict) else None
-        )
+        kind = _kind(avro)
         assert self.limits is not None
         if kind in ("string", "bytes"):
             n, end = self.temp(), self.temp()
@@ -302,6 +300,12 @@ def _inline_long(target: str, out: list[str], ind: str) -> None:
     # else (negative, longer) takes the call, and the caller's checks see the real value.
     out += [f"{ind}{target} = _ONE[b[p]]", f"{ind}if {target} < 0:"]
     out += [f"{ind}    {target}, p = _rl(b, p)", f"{ind}else:", f"{ind}    p += 1"]
+
+
+def _not_too_deep(ind: str) -> None:
+    # A recursive schema would nest without end, and Python allows 20 nested blocks.
+    if len(ind) > 4 * 16:
+        raise UnsupportedSchemaError("the schema nests too deeply for generated code")
 
 
 def _kind(avro: Any) -> str | None:
