@@ -34,8 +34,12 @@ SDK_DIGEST_SCHEME = "sdk-sha256-v1"
 """The openai-agents 0.24.0 item digest: sha256 of ``json.dumps(item, sort_keys=True)``."""
 
 
-class _Frozen(Struct, frozen=True, forbid_unknown_fields=True):
-    """Immutable value: change one with `msgspec.structs.replace` (no validation on the way)."""
+class _Frozen(Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """Immutable value: change one with `msgspec.structs.replace` (no validation on the way).
+
+    ``gc=False``: values never refer back to themselves, so the cycle collector need not track
+    them; a full collection over a large read cache then visits only the states' lists.
+    """
 
 
 class Binding(_Frozen, frozen=True, kw_only=True):

@@ -69,8 +69,12 @@ class SlotStatus(StrEnum):
 UNRESOLVED = frozenset({SlotStatus.HELD, SlotStatus.PENDING, SlotStatus.APPEND_GRANTED})
 
 
-class _Frozen(Struct, frozen=True, forbid_unknown_fields=True):
-    """Immutable value: change one with `msgspec.structs.replace` (no validation on the way)."""
+class _Frozen(Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+    """Immutable value: change one with `msgspec.structs.replace` (no validation on the way).
+
+    ``gc=False``: values never refer back to themselves, so the cycle collector need not track
+    them; a full collection over a large read cache then visits only the states' lists.
+    """
 
 
 class IntentSlot(_Frozen, frozen=True, kw_only=True):

@@ -87,17 +87,19 @@ _COMMON: dict[str, Any] = {
     "_rl": _read_long,
     "_DeclineError": _DeclineError,
     "_BOOL": (False, True),
+    "_ONE": tuple(byte >> 1 if byte < 0x80 and not byte & 1 else -1 for byte in range(256)),
 }
 
 
 class _Gen:
-    """Source text for one top-level schema; named records become functions, once each."""
+    """Source text for one top-level schema: one function, nested records written out inline
+    (the shipped schemas are not recursive)."""
 
     def __init__(self, limits: WireLimits | None) -> None:
         self.limits = limits
         self.lines: list[str] = []
         self.namespace: dict[str, Any] = dict(_COMMON)
-        self.records: dict[str, str] = {}  # Avro full name -> function name
+        self.records: dict[str, str] = {}  # Avro full name of the top record -> function name
         self.named: dict[str, Any] = {}  # Avro full name -> definition
         self.counter = 0
 
@@ -142,10 +144,9 @@ class _WriterGen(_Gen):
         return fn
 
     def write(self, avro: Any, info: Any, expr: str, out: list[str], ind: str) -> None:
+        _not_too_deep(ind)
         avro = self.resolve(avro)
-        kind = (
-            avro if isinstance(avro, str) else avro.get("type") if isinstance(avro, dict) else None
-        )
+        kind = _kind(avro)
         if kind == "string":
             t = self.temp()
             out.append(f"{ind}{t} = {expr}.encode()")
@@ -203,20 +204,19 @@ class _ReaderGen(_Gen):
             args.append(f"{field}={target}")
         cls = self.const("C", info.cls)
         body.append(f"    return {cls}({', '.join(args)}), p")
-        self.lines += [f"def {fn}(b, p):", *body, ""]
+        self.lines += [f"def {fn}(b, p):", "    lb = len(b)", *body, ""]
         return fn
 
     def read(self, avro: Any, info: Any, target: str, field: str, out: list[str], ind: str) -> None:
+        _not_too_deep(ind)
         avro = self.resolve(avro)
-        kind = (
-            avro if isinstance(avro, str) else avro.get("type") if isinstance(avro, dict) else None
-        )
+        kind = _kind(avro)
         assert self.limits is not None
         if kind in ("string", "bytes"):
             n, end = self.temp(), self.temp()
             _inline_long(n, out, ind)
             out.append(f"{ind}{end} = p + {n}")
-            out.append(f"{ind}if {n} < 0 or {end} > len(b): raise _DeclineError")
+            out.append(f"{ind}if {n} < 0 or {end} > lb: raise _DeclineError")
             if kind == "bytes":
                 out.append(f"{ind}{target} = b[p:{end}]")
             else:
@@ -253,7 +253,7 @@ class _ReaderGen(_Gen):
             _inline_long(n, out, ind + "    ")
             out += [f"{ind}    if {n} == 0: break", f"{ind}    if {n} < 0: raise _DeclineError"]
             # Every item takes at least one byte: a count beyond the bytes left is forged.
-            out.append(f"{ind}    if {n} > len(b) - p: raise _DeclineError")
+            out.append(f"{ind}    if {n} > lb - p: raise _DeclineError")
             out.append(f"{ind}    for _ in range({n}):")
             self.read(avro["items"], _list_item(info), x, field, out, ind + "        ")
             out.append(f"{ind}        {target}.append({x})")
@@ -296,10 +296,16 @@ def _write_length(data: str, out: list[str], ind: str) -> None:
 
 
 def _inline_long(target: str, out: list[str], ind: str) -> None:
-    # Lengths, counts and most longs take one byte: no call for those.
-    out += [f"{ind}{target} = b[p]", f"{ind}if {target} < 0x80:"]
-    out += [f"{ind}    {target} = ({target} >> 1) ^ -({target} & 1)", f"{ind}    p += 1"]
-    out += [f"{ind}else:", f"{ind}    {target}, p = _rl(b, p)"]
+    # Lengths, counts and most longs are one byte from 0 to 63: a table gives those; anything
+    # else (negative, longer) takes the call, and the caller's checks see the real value.
+    out += [f"{ind}{target} = _ONE[b[p]]", f"{ind}if {target} < 0:"]
+    out += [f"{ind}    {target}, p = _rl(b, p)", f"{ind}else:", f"{ind}    p += 1"]
+
+
+def _not_too_deep(ind: str) -> None:
+    # A recursive schema would nest without end, and Python allows 20 nested blocks.
+    if len(ind) > 4 * 16:
+        raise UnsupportedSchemaError("the schema nests too deeply for generated code")
 
 
 def _kind(avro: Any) -> str | None:

@@ -79,6 +79,7 @@ class Codec:
         # Generated per current schema on first use; None: the generator cannot handle it.
         self._writers: dict[RecordType, Writer | None] = {}
         self._readers: dict[RecordType, Reader | None] = {}
+        self._fast_writers: dict[type, tuple[bytes, Writer]] = {}
 
     def encode(self, model: WireModel, *, version: int | None = None) -> bytes:
         """The framed Avro bytes of ``model``, written with the current schema.
@@ -86,6 +87,13 @@ class Codec:
         ``version`` writes an older supported version instead (the fixture generator uses it
         to act as that version's writer). Raises `EncodeError` if the model does not fit.
         """
+        if version is None:
+            fast = self._fast_writers.get(type(model))
+            if fast is not None:
+                try:
+                    return fast[0] + fast[1](model)
+                except Exception:  # the reference path below names the problem
+                    pass
         record_type = RECORD_TYPE_OF.get(type(model))
         if record_type is None:
             raise EncodeError(f"{type(model).__name__} has no wire record")
@@ -93,10 +101,8 @@ class Codec:
             schema = self.store.current(record_type)
             write = self._writer(record_type, schema)
             if write is not None:
-                try:
-                    return self.framing.header_for(schema) + write(model)
-                except Exception:  # the reference path below names the problem
-                    pass
+                # The header of a schema never changes once known (a registry id included).
+                self._fast_writers[type(model)] = (self.framing.header_for(schema), write)
             return self.encode_record(schema, to_record(model))
         schema = self.store.get(record_type, version)
         # An older writer knows only its own fields: the newer ones are dropped, as it would.

@@ -12,12 +12,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+import fastavro
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.wire import MODEL_OF, POLICY, SHIPPED_SCHEMAS, Codec, DecodeError, RecordType
-from engine.wire.avro_gen import reader_for, writer_for
+from engine.wire.avro_gen import UnsupportedSchemaError, reader_for, writer_for
 from engine.wire.limits import DEFAULT_LIMITS, WireLimits
 from tests.unit.wire.test_values import values_of
 
@@ -93,3 +95,21 @@ def test_damaged_bytes_give_the_same_outcome_both_ways(
         data[10 + position % max(1, len(data) - 10)] = byte  # keep the header: reach the body
     data = data[: max(10, len(data) - cut % 4)] + tail
     _same_outcome(DEFAULT_LIMITS, record_type, bytes(data))
+
+
+class Node(msgspec.Struct):
+    next: Node | None = None
+
+
+def test_a_recursive_schema_is_left_to_the_reference_path() -> None:
+    schema: Any = fastavro.parse_schema(
+        {
+            "type": "record",
+            "name": "io.test.Node",
+            "fields": [{"name": "next", "type": ["null", "io.test.Node"]}],
+        }
+    )
+    with pytest.raises(UnsupportedSchemaError):
+        writer_for(schema, Node)
+    with pytest.raises(UnsupportedSchemaError):
+        reader_for(schema, Node, DEFAULT_LIMITS)
