@@ -7,6 +7,7 @@ error (Kafka unreachable, wrong topic layout) ends with its cause and fix and ex
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -103,6 +104,7 @@ def _run(args: argparse.Namespace) -> int:
     import logging
 
     from engine.oplog import configure
+    from engine.runtime.memory import child_env
     from engine.runtime.supervisor import Backoff, supervise_all
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -111,7 +113,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.child:
         return _run_engine(settings)
     commands = [_child_command(args, settings, n) for n in range(settings.processes)]
-    code = supervise_all(commands, backoff=Backoff(max_s=settings.restart_backoff_max_s))
+    code = supervise_all(
+        commands,
+        env=child_env(os.environ, settings.malloc_arena_max),
+        backoff=Backoff(max_s=settings.restart_backoff_max_s),
+    )
     return code if code >= 0 else 128 - code  # killed by a signal: the shell's convention
 
 

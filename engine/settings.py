@@ -49,13 +49,31 @@ class Settings(BaseModel):
     # completed loop iteration (the chart's liveness probe is derived from the same value).
     watchdog_margin_s: float = Field(default=30.0, ge=1.0, le=600.0)
     liveness_timeout_s: float = Field(default=60.0, ge=1.0, le=3_600.0)
-    # Decoded committed states kept in memory, all tasks together (estimated bytes, LRU).
-    read_cache_mb: int = Field(default=256, ge=1, le=65_536)
+    # Inputs are folded in event-time order across the topics of a partition: a record waits
+    # for the other topics' records (or their end) at most this long once nothing more is
+    # fetched; an input partition whose buffer holds this many records is paused meanwhile.
+    order_wait_ms: int = Field(default=50, ge=0, le=10_000)
+    order_max_buffered: int = Field(default=500, ge=1, le=100_000)
+    # Memory bounds (README, "Memory"). Decoded committed states kept in memory, all tasks
+    # together (estimated bytes, LRU); librdkafka's pre-fetched input records (fetch.max.bytes
+    # is half of it; the restore consumer gets the same); the producer's local queue (a full
+    # queue waits for deliveries); SQLite's page cache, all local stores together.
+    read_cache_mb: int = Field(default=64, ge=1, le=65_536)
+    fetch_queue_mb: int = Field(default=16, ge=1, le=2_048)
+    producer_queue_mb: int = Field(default=32, ge=4, le=2_048)
+    store_cache_mb: int = Field(default=8, ge=1, le=4_096)
+    # glibc: the engine child's MALLOC_ARENA_MAX (0: glibc's default of 8 per core) and how
+    # often the loop hands freed memory back with malloc_trim (0: never). engine/runtime/memory.py
+    malloc_arena_max: int = Field(default=2, ge=0, le=64)
+    memory_trim_interval_s: float = Field(default=10.0, ge=0.0, le=3_600.0)
     # `reconciler run` starts this many engine processes in the group (one per core): each gets
     # `<instance_id>-<i>`, `<state_dir>/process-<i>` and metrics port `metrics_port + i`.
     processes: int = Field(default=1, ge=1, le=64)
     # `reconciler run` restarts a dead engine after 0.5 s, doubling per quick failure up to this.
     restart_backoff_max_s: float = Field(default=30.0, ge=0.0, le=600.0)
+    # After a fatal Kafka error the engine rejoins with new clients after 0.5 s, doubling per
+    # rejoin in a row with no committed transaction in between, up to this.
+    rejoin_backoff_max_s: float = Field(default=30.0, ge=0.0, le=600.0)
     # "json": every log line is one JSON object (engine/oplog.py); "text": plain lines.
     log_format: Literal["text", "json"] = "text"
     # Confluent-compatible Schema Registry: inputs framed with its 5-byte header (magic 00 +

@@ -35,12 +35,17 @@ from engine.core.state import (
 
 
 def fold_ack(
-    state: SessionState, event: AckEvent, suffix: AnswerSuffix = AnswerSuffix.FIRST
+    state: SessionState,
+    event: AckEvent,
+    suffix: AnswerSuffix = AnswerSuffix.FIRST,
+    *,
+    waited: bool = False,
 ) -> tuple[SessionState, Decision]:
+    """Fold an ack; `waited`: it waited for a re-arm long enough, judge it as it stands."""
     slot = state.slot
-    if not ack_ready(state, event):
+    if not ack_ready(state, event, rearm_wait=not waited):
         parked = [*state.parked_acks, event][-PARKED_WRITES_LIMIT:]
-        why = "the ack refers to an intent, fence or release the engine has not folded yet"
+        why = "the ack refers to an intent, fence, release or re-arm not folded yet"
         return with_(state, parked_acks=parked), decide(
             state, event, Verdict.RECORDED, Reason.PARKED, trail=make_trail((TrailStep.WHY, why))
         )
@@ -82,20 +87,48 @@ def fold_ack(
     return new_state, ack_answer(new_state, event, reason, alert, suffix)
 
 
-def ack_ready(state: SessionState, event: AckEvent) -> bool:
+def ack_ready(state: SessionState, event: AckEvent, *, rearm_wait: bool = True) -> bool:
     """Whether the engine has folded everything this ack refers to.
 
     Not yet: a fence newer than any grant (the grant's resume is still on its way), an intent
-    id it has not seen, or a COMMITTED for a batch still held (the RELEASE or DISCARD that says
-    what was written is still on its way). Correctness may not depend on which topic is read
-    first, so such an ack waits instead of being judged on a state that is behind.
+    id it has not seen, a COMMITTED for a batch still held (the RELEASE or DISCARD that says
+    what was written is still on its way), or a COMMITTED after a definite failure of the same
+    attempt (`awaits_rearm`). Correctness may not depend on which topic is read first, so such
+    an ack waits instead of being judged on a state that is behind.
     """
     if event.fence_token is not None and event.fence_token > state.fence_token:
         return False
     slot = state.slot
     if slot is None or slot.intent_id != event.intent_id:
         return event.intent_id == state.previous_intent_id
+    if rearm_wait and awaits_rearm(state, event):
+        return False
     return not (event.outcome is AckOutcome.COMMITTED and slot.status is SlotStatus.HELD)
+
+
+def awaits_rearm(state: SessionState, event: AckEvent) -> bool:
+    """A COMMITTED ack for an attempt whose only evidence is a definite failure, same fence.
+
+    The failed attempt wrote nothing, so a commit can only come from a retry in place, and the
+    runner publishes that retry's re-arm (a REGISTER of the same intent) before appending: with
+    the acks topic read ahead of the intents, the re-arm is on its way. Judged now, the commit
+    would contradict the failure (AMBIGUOUS); it waits for the re-arm, which opens the attempt
+    it belongs to, or for `PARK_MS` of intents (`parked.expire_overdue`), after which it is
+    judged as it stands. A commit older than the re-arm is the failed attempt's own: see
+    `parked.settle_failed_attempt`.
+    """
+    slot = state.slot
+    return (
+        slot is not None
+        and slot.intent_id == event.intent_id
+        and event.outcome is AckOutcome.COMMITTED
+        and event.committed_count in (None, len(slot.items))
+        and event.fence_token in (None, state.fence_token)
+        and slot.not_written
+        and not slot.held
+        and slot.status in (SlotStatus.PENDING, SlotStatus.APPEND_GRANTED)
+        and not (slot.committed_by_store or slot.committed_by_runner or slot.partial_seen)
+    )
 
 
 def ack_answer(

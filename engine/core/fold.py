@@ -50,10 +50,16 @@ from engine.core.events import (
     TrailStep,
     Verdict,
 )
-from engine.core.intents import fold_intent
-from engine.core.parked import drain, fence_ahead, park_intent
+from engine.core.parked import (
+    drain,
+    expire_overdue,
+    expire_writes,
+    fold_ready_intent,
+    intent_waits,
+    park_intent,
+)
 from engine.core.repairs import fold_repair
-from engine.core.resumes import expire_parked, fold_resume
+from engine.core.resumes import fold_resume
 from engine.core.state import RECENT_EVENT_IDS, Health, SessionState, SlotStatus
 
 __all__ = ["FoldResult", "fold", "replay"]
@@ -75,22 +81,29 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
     if event.event_id in state.recent_event_ids:
         return FoldResult(state, (_answer_duplicate(state, event),))
     remembered = _remember(state, event.event_id)
+    # Writes that waited too long for an input of another topic are judged before this later
+    # input is (parked.py): acks waiting for a re-arm, re-arms waiting for their failure.
+    remembered, settled = expire_writes(
+        remembered,
+        event.event_time_ms,
+        acks=not isinstance(event, AckEvent),
+        rearms=not isinstance(event, IntentEvent),
+    )
     new_state, decisions = _dispatch(remembered, event, position)
     new_state, finals = drain(new_state)
     if isinstance(event, IntentEvent):
-        new_state, expired = expire_parked(new_state, event.event_time_ms)
+        new_state, expired = expire_overdue(new_state, event.event_time_ms)
         finals.extend(expired)
-    return FoldResult(new_state, (*decisions, *finals))
+    return FoldResult(new_state, (*decisions, *settled, *finals))
 
 
 def _dispatch(
     state: SessionState, event: Event, position: int
 ) -> tuple[SessionState, list[Decision]]:
     if isinstance(event, IntentEvent):
-        if fence_ahead(state, event.fence_token):
+        if intent_waits(state, event):
             return park_intent(state, event)
-        new_state, decision = fold_intent(state, event)
-        return new_state, [decision]
+        return fold_ready_intent(state, event)
     if isinstance(event, AckEvent):
         new_state, decision = fold_ack(state, event)
         return new_state, [decision]

@@ -77,6 +77,42 @@ def _is_repeat(slot: IntentSlot, event: IntentEvent) -> bool:
     )
 
 
+def awaits_failure(state: SessionState, event: IntentEvent) -> bool:
+    """A repeat of the open intent's REGISTER from its holder while the attempt has no evidence.
+
+    The holder re-registers an intent it already registered only to retry it in place, and
+    only after a definite failure, which it acknowledges first: with the intents topic read
+    ahead of the acks, that NOT_WRITTEN is on its way. Judged now, the re-arm would be a plain
+    duplicate and the failure would land on the retry's attempt; it waits for the failure (or
+    for `PARK_MS` of intents, after which it is judged as it stands). A distinct event id is
+    implied: the fold answers a repeated event id as a duplicate before this is asked.
+    """
+    slot = state.slot
+    return (
+        slot is not None
+        and event.kind is IntentKind.REGISTER
+        and slot.intent_id == event.intent_id
+        and _is_repeat(slot, event)
+        and not slot.held
+        and slot.status is SlotStatus.PENDING
+        and event.runner_id == state.holder
+        and (event.fence_token or 0) == state.fence_token
+        and not (
+            slot.not_written
+            or slot.committed_by_store
+            or slot.committed_by_runner
+            or slot.partial_seen
+        )
+    )
+
+
+def opens_attempt(state: SessionState, event: IntentEvent) -> bool:
+    """Whether folding `event` now would re-arm the open intent for a new attempt."""
+    slot = state.slot
+    same = slot is not None and slot.intent_id == event.intent_id
+    return same and slot is not None and _opens_attempt(state, slot, event)
+
+
 def _opens_attempt(state: SessionState, slot: IntentSlot, event: IntentEvent) -> bool:
     """The holder re-arms its intent for another append under the current fence.
 

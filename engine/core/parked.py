@@ -12,24 +12,40 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
-from engine.core.acks import ack_ready, fold_ack
+from engine.core.acks import ack_ready, awaits_rearm, fold_ack
 from engine.core.decide import decide, make_trail, reject, with_
-from engine.core.events import AnswerSuffix, Decision, IntentEvent, Reason, TrailStep, Verdict
-from engine.core.intents import fold_intent
-from engine.core.resumes import awaits, evaluate_resume
-from engine.core.state import PARKED_WRITES_LIMIT, SessionState
+from engine.core.events import (
+    AckEvent,
+    AnswerSuffix,
+    Decision,
+    IntentEvent,
+    Reason,
+    TrailStep,
+    Verdict,
+)
+from engine.core.intents import awaits_failure, fold_intent, opens_attempt
+from engine.core.resumes import awaits, evaluate_resume, expire_parked
+from engine.core.state import PARK_MS, PARKED_WRITES_LIMIT, SessionState
 
 
 def fence_ahead(state: SessionState, fence_token: int | None) -> bool:
     return fence_token is not None and fence_token > state.fence_token
 
 
+def intent_waits(state: SessionState, event: IntentEvent) -> bool:
+    """An intent under a fence not granted yet, or a retry in place ahead of its failure."""
+    return fence_ahead(state, event.fence_token) or awaits_failure(state, event)
+
+
 def park_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, list[Decision]]:
-    """A holder's intent under a fence whose grant the engine has not folded yet."""
+    """A holder's intent under a fence whose grant the engine has not folded yet, or a re-arm
+    whose NOT_WRITTEN has not been folded yet (`intents.awaits_failure`)."""
     parked = [*state.parked_intents, event]
     evicted, kept = parked[:-PARKED_WRITES_LIMIT], parked[-PARKED_WRITES_LIMIT:]
     new_state = with_(state, parked_intents=kept)
     why = f"fence {event.fence_token} is ahead of the engine's {state.fence_token}"
+    if not fence_ahead(state, event.fence_token):
+        why = f"re-arm of {event.intent_id} ahead of the failure it retries"
     decisions = [
         decide(
             state, event, Verdict.RECORDED, Reason.PARKED, trail=make_trail((TrailStep.WHY, why))
@@ -51,13 +67,12 @@ def drain(state: SessionState) -> tuple[SessionState, list[Decision]]:
     """Answer every waiting input that is ready now, oldest first, until none is."""
     decisions: list[Decision] = []
     while True:
-        intent = next(
-            (i for i in state.parked_intents if not fence_ahead(state, i.fence_token)), None
-        )
+        intent = next((i for i in state.parked_intents if not intent_waits(state, i)), None)
         if intent is not None:
             rest = [i for i in state.parked_intents if i.event_id != intent.event_id]
-            state, decision = fold_intent(with_(state, parked_intents=rest), intent)
-            decisions.append(_final(decision))
+            state, answers = fold_ready_intent(with_(state, parked_intents=rest), intent)
+            decisions.append(_final(answers[0]))
+            decisions.extend(answers[1:])
             continue
         ack = next((a for a in state.parked_acks if ack_ready(state, a)), None)
         if ack is not None:
@@ -71,10 +86,128 @@ def drain(state: SessionState) -> tuple[SessionState, list[Decision]]:
         rest_resumes = [
             p for p in state.parked_resumes if p.resume.event_id != parked.resume.event_id
         ]
-        state, decision = evaluate_resume(
-            with_(state, parked_resumes=rest_resumes),
-            parked.resume,
-            parked.position,
-            AnswerSuffix.FINAL,
+        # As when it is folded at once (fold.py): overdue waiting writes are judged first.
+        state, settled = expire_writes(
+            with_(state, parked_resumes=rest_resumes), parked.resume.event_time_ms
+        )
+        state, decision = evaluate_resume(state, parked.resume, parked.position, AnswerSuffix.FINAL)
+        decisions.append(decision)
+        decisions.extend(settled)
+
+
+def fold_ready_intent(
+    state: SessionState, event: IntentEvent
+) -> tuple[SessionState, list[Decision]]:
+    """Fold an intent that waits for nothing; its own answer first, then any final answers of
+    waiting writes it settles (a superseded re-arm, commits of the attempt it retries)."""
+    state, superseded = settle_superseded_rearms(state, event)
+    state, early = settle_failed_attempt(state, event)
+    state, decision = fold_intent(state, event)
+    return state, [decision, *superseded, *early]
+
+
+def settle_superseded_rearms(
+    state: SessionState, event: IntentEvent
+) -> tuple[SessionState, list[Decision]]:
+    """A newer intent of the holder's is about to supersede a re-arm still waiting for its
+    NOT_WRITTEN: the holder moved on, so the retry ran, and the failure it retried is implied
+    by the re-arm itself. The re-arm opens its attempt now, as it would have in time order."""
+    slot = state.slot
+    if slot is None or event.intent_id == slot.intent_id:
+        return state, []
+    waiting = [i for i in state.parked_intents if awaits_failure(state, i)]
+    decisions: list[Decision] = []
+    for rearm in waiting:
+        current = state.slot
+        if current is None:
+            break
+        rest = [i for i in state.parked_intents if i.event_id != rearm.event_id]
+        failed = replace(current, not_written=True)
+        state, decision = fold_intent(with_(state, parked_intents=rest, slot=failed), rearm)
+        decisions.append(_final(decision))
+    return state, decisions
+
+
+def settle_failed_attempt(
+    state: SessionState, event: IntentEvent
+) -> tuple[SessionState, list[Decision]]:
+    """Before a re-arm opens a new attempt: parked commits older than it are the failed
+    attempt's own (`acks.awaits_rearm`), so they are judged against that attempt first.
+
+    A commit of an attempt that also reported a definite failure is contradictory evidence
+    (AMBIGUOUS, alert), and it must not pass for the retry's commit, which could hide a second
+    copy of the batch. Event time tells the two apart: the runner publishes the re-arm after
+    the failed attempt's acks and before the retry's.
+    """
+    if not opens_attempt(state, event):
+        return state, []
+    older = [
+        a
+        for a in state.parked_acks
+        if a.event_time_ms < event.event_time_ms and awaits_rearm(state, a)
+    ]
+    return _judge_acks(state, older)
+
+
+def _judge_acks(state: SessionState, acks: list[AckEvent]) -> tuple[SessionState, list[Decision]]:
+    decisions: list[Decision] = []
+    for ack in acks:
+        rest = [a for a in state.parked_acks if a.event_id != ack.event_id]
+        state, decision = fold_ack(
+            with_(state, parked_acks=rest), ack, AnswerSuffix.FINAL, waited=True
         )
         decisions.append(decision)
+    return state, decisions
+
+
+def wait_deadline(state: SessionState) -> int | None:
+    """The earliest intents event time at which a waiting input is answered as it stands: a
+    parked resume or an ack waiting for a re-arm, each `PARK_MS` after its own time."""
+    times = [p.resume.event_time_ms for p in state.parked_resumes]
+    times += [a.event_time_ms for a in state.parked_acks if awaits_rearm(state, a)]
+    return min(times) + PARK_MS if times else None
+
+
+def expire_writes(
+    state: SessionState, at_ms: int, *, acks: bool = True, rearms: bool = True
+) -> tuple[SessionState, list[Decision]]:
+    """Judge, as they stand, the acks waiting for a re-arm (`acks`) and the re-arms waiting for
+    their failure (`rearms`) that are `PARK_MS` older than `at_ms`, the time of an input of
+    another topic (what they wait for was published before them on the topic they wait on)."""
+    decisions: list[Decision] = []
+    if acks:
+        overdue_acks = [
+            a
+            for a in state.parked_acks
+            if a.event_time_ms + PARK_MS <= at_ms and awaits_rearm(state, a)
+        ]
+        state, decisions = _judge_acks(state, overdue_acks)
+    overdue_intents = [
+        i
+        for i in state.parked_intents
+        if rearms
+        and i.event_time_ms + PARK_MS <= at_ms
+        and not fence_ahead(state, i.fence_token)
+        and awaits_failure(state, i)
+    ]
+    for intent in overdue_intents:
+        rest = [i for i in state.parked_intents if i.event_id != intent.event_id]
+        state, decision = fold_intent(with_(state, parked_intents=rest), intent)
+        decisions.append(_final(decision))
+    if not decisions:
+        return state, decisions
+    state, drained = drain(state)
+    return state, [*decisions, *drained]
+
+
+def expire_overdue(state: SessionState, at_ms: int) -> tuple[SessionState, list[Decision]]:
+    """Final answers of every input that waited `PARK_MS` of intents event time (`at_ms`) for
+    an intent that did not come: acks waiting for a re-arm (judged as they stand, so a commit
+    after a definite failure with no retry between is AMBIGUOUS), then parked resumes (WITHHELD
+    INTENT_NEVER_ARRIVED)."""
+    deadline = wait_deadline(state)
+    if deadline is None or deadline > at_ms:
+        return state, []
+    state, decisions = expire_writes(state, at_ms, rearms=False)
+    state, expired = expire_parked(state, at_ms)
+    return state, [*decisions, *expired]

@@ -46,6 +46,11 @@ class Assignment:
     def ready(self, task: PartitionTask) -> None:
         self.tasks[task.partition] = task
 
+    def fresh(self, topic: str, partition: int, offset: int) -> bool:
+        """Whether a consumed record is one `claim` would take (its task is ready, it is not
+        folded already), without advancing anything."""
+        return partition in self.tasks and offset >= self.next.get((topic, partition), 0)
+
     def claim(self, topic: str, partition: int, offset: int) -> PartitionTask | None:
         """The task that must fold this record now (advancing its next offset), or None for
         a leftover of an incomplete task or a record folded already."""

@@ -19,8 +19,6 @@ MAX_POLL_INTERVAL_MS = 60_000
 DEAD_LETTER_MAX_BYTES = 2_200_000
 """The producer's `message.max.bytes`; a dead letter is bounded well below it (excerpts)."""
 
-PREFETCH_KBYTES = 16_384
-
 DeliveryCallback = Callable[[Any, Message], None]
 
 
@@ -60,6 +58,7 @@ class ConsumerLike(Protocol):
     ) -> list[TopicPartition]: ...
     def seek(self, partition: TopicPartition) -> None: ...
     def pause(self, partitions: list[TopicPartition]) -> None: ...
+    def resume(self, partitions: list[TopicPartition]) -> None: ...
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]: ...
     def get_watermark_offsets(
         self, partition: TopicPartition, timeout: float = -1, cached: bool = False
@@ -92,6 +91,8 @@ def producer_config(settings: Settings) -> dict[str, Any]:
             "partitioner": "murmur2_random",
             "linger.ms": 5,
             "message.max.bytes": DEAD_LETTER_MAX_BYTES,
+            # librdkafka's default is 1 GB; a transaction's records wait here until flushed.
+            "queue.buffering.max.kbytes": s.producer_queue_mb * 1024,
         }
     )
 
@@ -110,13 +111,20 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
+            # The end of an input partition tells the event-time ordering (ordering.py) that
+            # nothing unread is there to wait for.
+            "enable.partition.eof": True,
             # Pre-fetched records wait in librdkafka's queue and then as Python bytes in one
             # consume() batch: bound both by bytes (default 64 MB of queue; a batch of 1,000
             # records near the 1 MB record limit would be 1 GB), or large inputs grow RSS.
-            "queued.max.messages.kbytes": PREFETCH_KBYTES,
-            "fetch.max.bytes": PREFETCH_KBYTES * 1024 // 2,
+            **fetch_bounds(s),
         }
     )
+
+
+def fetch_bounds(settings: Settings) -> dict[str, int]:
+    kbytes = settings.fetch_queue_mb * 1024
+    return {"queued.max.messages.kbytes": kbytes, "fetch.max.bytes": kbytes * 1024 // 2}
 
 
 class KafkaClients:
@@ -135,5 +143,8 @@ class KafkaClients:
         progress: Callable[[], None],
     ) -> list[RestoreReport]:
         return restore_partitions(
-            settings.client_config(), settings.topics.changelog, stores, progress=progress
+            settings.client_config(**fetch_bounds(settings)),
+            settings.topics.changelog,
+            stores,
+            progress=progress,
         )

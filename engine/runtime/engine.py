@@ -14,6 +14,7 @@ import os
 import signal
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -25,10 +26,13 @@ from engine.core.events import Decision, Event, RepairEvent
 from engine.runtime.assignment import Assignment
 from engine.runtime.clients import ClientFactory, ConsumerLike, KafkaClients
 from engine.runtime.ingest import Ingest, Rejected
+from engine.runtime.memory import Trimmer
 from engine.runtime.metrics import DEAD_LETTER_REFUSED, EngineMetrics
+from engine.runtime.ordering import FIRST, Buffered, InputOrder
 from engine.runtime.protocol import Step
 from engine.runtime.state_codec import StateFormatError
 from engine.runtime.store import LocalStore
+from engine.runtime.supervisor import Backoff
 from engine.runtime.task import InputFailedError, PartitionTask, pending_header
 from engine.runtime.transaction import (
     CALL_TIMEOUT_S,
@@ -80,7 +84,20 @@ def _log_for_operator(event: Event, decisions: tuple[Decision, ...], source: str
 
 
 CONSUME_BATCH = 1_000
-RETRY_S = 2.0
+Consumed = tuple[Message, Event | Rejected]  # a record and what it decoded to
+REJOIN_INITIAL_S = 0.5
+"""The first pause before new clients rejoin; it doubles per rejoin that follows another with
+no committed transaction in between, up to `rejoin_backoff_max_s`."""
+PAUSE_SLICE_S = 0.2  # a pause checks for stop() this often (a signal handler cannot wake it)
+# Consumer errors that librdkafka reports as non-fatal but that no retry inside the same clients
+# fixes (an ACL changed under us): rejoin with new clients, backing off, so the log counts them.
+REJOIN_CODES = frozenset(
+    {
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    }
+)
 
 
 class Engine:
@@ -94,6 +111,7 @@ class Engine:
         metrics: EngineMetrics | None = None,
         clients: ClientFactory | None = None,
         watchdog: Watchdog | None = None,
+        pause: Callable[[float], None] | None = None,
     ) -> None:
         self.settings = settings
         self.topics = settings.topics
@@ -105,12 +123,20 @@ class Engine:
         self.metrics.liveness = self.alive
         self.ingest = Ingest(self.codec, self.topics, settings.partitions)
         self.owned = Assignment(self.topics.inputs)
+        self.order: InputOrder[Consumed] = InputOrder(
+            self.topics.inputs, settings.order_wait_ms / 1000, settings.order_max_buffered
+        )
         self._stopping = False
         self._rejoin_requested = False
         self._consumer: ConsumerLike | None = None
         self._txn: Transaction | None = None
         self._txn_event_times: list[int] = []
         self._state_root = Path(settings.state_dir) / settings.group_id / settings.topic_prefix
+        self.backoff = Backoff(initial_s=REJOIN_INITIAL_S, max_s=settings.rejoin_backoff_max_s)
+        self.pause = pause or self._pause_unless_stopped
+        self.rejoins = 0  # rejoins in this process (the log's counter)
+        self.trimmer = Trimmer(settings.memory_trim_interval_s)
+        self._committed_since_rejoin = False
 
     @property
     def tasks(self) -> dict[int, PartitionTask]:
@@ -142,21 +168,30 @@ class Engine:
         self.metrics.last_progress.set(self.watchdog.last_progress_wall)
 
     def run(self) -> None:
-        """The outer loop: a fatal error recreates the clients and rejoins; stop() ends it."""
+        """The outer loop: a fatal error recreates the clients and rejoins, backing off while
+        rejoins fail in a row; stop() ends it."""
+        failures = 0  # rejoins in a row with no committed transaction in between
         while not self._stopping:
+            if failures:
+                self._back_off(failures)
+                if self._stopping:
+                    break
             self._progress()  # trying to start counts: a restart would not reach Kafka sooner
+            self._committed_since_rejoin = False
             try:
                 consumer, txn = self._create_clients()
             except (KafkaException, RejoinError, AbortableError) as exc:
-                log.error("cannot start the Kafka clients (%s); retrying in %.0fs", exc, RETRY_S)
-                time.sleep(RETRY_S)
+                log.error("cannot start the Kafka clients: %s", exc)
+                failures += 1
                 continue
             self._consumer, self._txn = consumer, txn
+            failed = True
             try:
                 self._loop(consumer, txn)
                 self._commit(txn)  # stop requested: drain (steps 3-6), then leave
                 if txn.open:
                     log.warning("shutdown: last transaction aborted; its inputs are read again")
+                failed = False
             except (RejoinError, KafkaException, TimeoutError) as exc:
                 # Fatal or unclassified (librdkafka: treat as fatal), or a restore that could not
                 # finish: drop every task and rejoin with new clients.
@@ -164,16 +199,35 @@ class Engine:
                 log.error("fatal Kafka error, recreating clients and rejoining: %s", exc)
                 self._drop_all_tasks()
             except (StateFormatError, sqlite3.Error) as exc:
-                # Unreadable state or a failing local disk: not Kafka's fault, and retrying at
-                # once would fail the same way. Stay up (metrics, probes) and retry slowly.
+                # Unreadable state or a failing local disk: not Kafka's fault. Stay up (metrics,
+                # probes) and rejoin after the backoff: at once would fail the same way.
                 self.metrics.aborts.labels(kind="state").inc()
-                log.error("local state failure, rejoining in %.0fs: %s", RETRY_S * 5, exc)
+                log.error("local state failure, rejoining: %s", exc)
                 self._drop_all_tasks()
-                time.sleep(RETRY_S * 5)
             finally:
                 self._close(consumer, txn)
                 self._consumer, self._txn = None, None
+            if failed:
+                failures = 1 if self._committed_since_rejoin else failures + 1
         self.metrics.set_ready(False)
+
+    def _back_off(self, failures: int) -> None:
+        delay = self.backoff.delay(failures)
+        self.rejoins += 1
+        self.metrics.rejoins.inc()
+        log.error(
+            "rejoin #%d (%d in a row without a commit) in %.1fs",
+            self.rejoins,
+            failures,
+            delay,
+        )
+        self.pause(delay)
+
+    def _pause_unless_stopped(self, seconds: float) -> None:
+        until = time.monotonic() + seconds
+        while not self._stopping and (left := until - time.monotonic()) > 0:
+            self._progress()  # waiting on purpose is not a hang: liveness stays up
+            time.sleep(min(PAUSE_SLICE_S, left))
 
     def _create_clients(self) -> tuple[ConsumerLike, Transaction]:
         txn = Transaction(self.factory.producer(self.settings), self.watchdog, self.budget_s)
@@ -199,51 +253,102 @@ class Engine:
 
     def _loop(self, consumer: ConsumerLike, txn: Transaction) -> None:
         last_commit = time.monotonic()
-        # consume() waits for a full batch or the timeout: keep the wait well under the commit
-        # interval, or a quiet topic adds the whole timeout to every decision's latency.
+        # An idle consume() waits for the first record at most this long: well under the
+        # commit interval, or a quiet topic adds the whole wait to every decision's latency.
         wait_s = min(0.1, self.settings.commit_interval_ms / 2000)
+        stage = self.metrics.stage_seconds
         while not self._stopping:
+            started = time.monotonic()
             with self.watchdog.guard("poll", self.budget_s, self.tasks):
-                messages = consumer.consume(CONSUME_BATCH, timeout=wait_s)
+                messages, drained = self._consume(consumer, wait_s)
+            consumed = time.monotonic()
+            stage.labels(stage="consume_wait").observe(consumed - started)
             if self._rejoin_requested:  # set by a callback that ran inside consume()
                 self._rejoin_requested = False
                 raise RejoinError("the assignment was lost or a revoke-time commit failed")
             try:
-                for message in messages:
-                    self._handle(txn, message)
+                # One guard for the batch, not one per produce() (~6 us each): step 2 blocks
+                # only in a store read or a full producer queue, which has its own guard.
+                with self.watchdog.guard(f"{Step.FOLD} fold", self.budget_s, self.tasks):
+                    for message in messages:
+                        self._take(message)
+                    for record in self.order.ready(consumed, drained):
+                        self._handle(txn, record)
             except AbortableError as exc:
                 self._abort(txn, str(exc))
                 self._progress()
                 continue
             finally:
                 self.metrics.flush()
+            self._apply_flow(consumer)
+            if messages or txn.open:
+                stage.labels(stage="fold").observe(time.monotonic() - consumed)
             self.metrics.maybe_observe_lag(consumer, self.tasks, self.topics.inputs)
             self.metrics.maybe_observe_sessions(self.tasks.values())
+            # Commit as soon as the consumed records are folded (librdkafka's queue was
+            # drained: nothing waits behind them), else at the interval or the size bound.
             due = (time.monotonic() - last_commit) * 1000 >= self.settings.commit_interval_ms
-            if txn.open and (due or self.owned.folded() >= self.settings.commit_max_events):
+            full = self.owned.folded() >= self.settings.commit_max_events
+            if txn.open and (drained or due or full):
                 self._commit(txn)
                 last_commit = time.monotonic()
             elif not txn.open:
                 last_commit = time.monotonic()
+            self.trimmer.maybe_trim(time.monotonic())
             self._progress()
 
-    def _handle(self, txn: Transaction, message: Message) -> None:
+    @staticmethod
+    def _consume(consumer: ConsumerLike, wait_s: float) -> tuple[list[Message], bool]:
+        """What librdkafka has queued; if nothing, wait up to `wait_s` for the first record
+        (consume(n) would wait for all n). True with it when the local queue was drained."""
+        messages = consumer.consume(CONSUME_BATCH, timeout=0)
+        if not messages:
+            messages = consumer.consume(1, timeout=wait_s)
+            if messages:
+                messages += consumer.consume(CONSUME_BATCH - 1, timeout=0)
+        return messages, len(messages) < CONSUME_BATCH
+
+    def _take(self, message: Message) -> None:
+        """Decode one consumed record into the task's time-ordered buffer (ordering.py)."""
         error = message.error()
         if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                self.order.at_end(message.topic() or "", message.partition() or 0)
+                return
             # A consumer's fatal error (e.g. a static member fenced after a broker restart)
             # arrives as code _FATAL without fatal() set on the message error.
             if error.fatal() or error.code() == KafkaError._FATAL:
                 raise RejoinError(str(error))
+            if error.code() in REJOIN_CODES:
+                raise RejoinError(
+                    f"{error}: grant the engine's principal access to its group, input topics "
+                    "and transactional id (README, Security)"
+                )
             log.warning("consumer error (librdkafka retries): %s", error)
             return
         topic, partition = message.topic() or "", message.partition() or 0
         offset = message.offset() or 0
+        if not self.owned.fresh(topic, partition, offset):
+            return  # a leftover of an incomplete task or a record folded already
+        outcome = self.ingest.accept(message)
+        at = FIRST if isinstance(outcome, Rejected) else outcome.event_time_ms
+        self.order.push(Buffered(topic, partition, offset, at, (message, outcome)))
+
+    def _apply_flow(self, consumer: ConsumerLike) -> None:
+        flow = self.order.flow()
+        if flow.pause:
+            consumer.pause([TopicPartition(t, p) for t, p in flow.pause])
+        if flow.resume:
+            consumer.resume([TopicPartition(t, p) for t, p in flow.resume])
+
+    def _handle(self, txn: Transaction, record: Buffered[Consumed]) -> None:
+        message, outcome = record.item
+        topic, partition, offset = record.topic, record.partition, record.offset
         task = self.owned.claim(topic, partition, offset)
         if task is None:
             return
         txn.partitions = tuple(self.tasks)
         txn.begin()
-        outcome = self.ingest.accept(message)
         if isinstance(outcome, Rejected):
             self._dead_letter(txn, message, outcome)
             return
@@ -264,8 +369,9 @@ class Engine:
             self._dead_letter(txn, message, self.ingest.failed(message, failed.cause))
             return
         self.metrics.count_fold(topic, self.ingest.kind_of(event), decisions)
-        _log_for_operator(event, decisions, f"{topic}/{partition}/{offset}")
-        source = f"{topic}/{partition}/{offset}".encode()
+        where = f"{topic}/{partition}/{offset}"
+        _log_for_operator(event, decisions, where)
+        source = where.encode()
         for decision, payload in zip(decisions, payloads, strict=True):
             txn.produce(
                 self.topics.decisions,
@@ -275,6 +381,32 @@ class Engine:
                 headers=[("source", source)],
             )
         self._txn_event_times.append(event.event_time_ms)
+        self._answer_overdue(txn, task)
+
+    def _answer_overdue(self, txn: Transaction, task: PartitionTask) -> None:
+        """Parked resumes the partition's intents watermark has passed get their final answer
+        (engine/core/watermark.py), with a `source` naming that watermark for replays."""
+        expired = task.expire_overdue(self.codec.encode)
+        if not expired:
+            return
+        source = task.watermark_source()
+        self.metrics.count_decisions(d for d, _ in expired)
+        for decision, payload in expired:
+            oplog.emit(
+                "alert_raised",
+                session=decision.session_id,
+                reason=decision.reason,
+                verdict=decision.verdict,
+                decision=decision.decision_id,
+                source=source,
+            )
+            txn.produce(
+                self.topics.decisions,
+                decision.session_id.encode(),
+                payload,
+                Step.FOLD,
+                headers=[("source", source.encode())],
+            )
 
     def _dead_letter(self, txn: Transaction, message: Message, rejected: Rejected) -> None:
         """A dead letter is bounded (an excerpt), and a producer error on it is never fatal:
@@ -301,30 +433,36 @@ class Engine:
         if not txn.open:
             return
         committing = tasks if tasks is not None else list(self.tasks.values())
+        started = time.monotonic()
         try:
-            for task in committing:  # step 3
-                for write in task.changelog_records():
-                    txn.produce(
-                        self.topics.changelog,
-                        write.session_id.encode(),
-                        write.state or b"",
-                        Step.CHANGELOG,
-                        partition=task.partition,
-                        headers=pending_header(write),
-                        on_delivery=_changelog_delivered(task),
-                    )
-            started = time.monotonic()
+            with self.watchdog.guard(f"{Step.CHANGELOG} produce", self.budget_s, self.tasks):
+                for task in committing:  # step 3
+                    delivered = _changelog_delivered(task)
+                    for write in task.changelog_records():
+                        txn.produce(
+                            self.topics.changelog,
+                            write.session_id.encode(),
+                            write.state or b"",
+                            Step.CHANGELOG,
+                            partition=task.partition,
+                            headers=pending_header(write),
+                            on_delivery=delivered,
+                        )
             assert self._consumer is not None
             consumer = self._consumer
             txn.commit(self.owned.positions(), consumer.consumer_group_metadata)  # steps 4-5
         except AbortableError as exc:
             self._abort(txn, str(exc))
             return
-        now_ms = time.time() * 1000
-        self.metrics.commit_seconds.observe(time.monotonic() - started)
+        now_ms, done = time.time() * 1000, time.monotonic()
+        stage = self.metrics.stage_seconds
+        stage.labels(stage="produce").observe(txn.flushed_at - started)  # steps 3 and 4 flush
+        stage.labels(stage="commit").observe(done - txn.flushed_at)  # send offsets, commit
+        self.metrics.commit_seconds.observe(done - started)
         for event_time in self._txn_event_times:
             self.metrics.decision_latency.observe(max(0.0, (now_ms - event_time) / 1000))
         self._txn_event_times.clear()
+        self._committed_since_rejoin = True
         with self.watchdog.guard(Step.PERSIST_LOCALLY, self.budget_s, self.tasks):
             for task in committing:  # step 6
                 task.persist()
@@ -338,7 +476,10 @@ class Engine:
         self._txn_event_times.clear()
         self.owned.discard_uncommitted()
         assert self._consumer is not None
+        held = self.order.drop(list(self.tasks))  # read again from the committed offsets
         self._rewind(self._consumer, list(self.tasks))
+        if held:
+            self._consumer.resume([TopicPartition(t, p) for t, p in held])
 
     def _rewind(self, consumer: ConsumerLike, partitions: list[int]) -> None:
         wanted = self.owned.wanted(partitions)
@@ -369,7 +510,12 @@ class Engine:
             committed = consumer.committed(self.owned.wanted(complete), timeout=settle_s)
         self.owned.start_at(committed)
         started = time.monotonic()
-        stores = {p: LocalStore(self._state_root / f"p{p}.sqlite") for p in complete}
+        # A process can hold every partition: each task gets its share of the memory bounds.
+        share = self.settings.partitions
+        cache_kib = self.settings.store_cache_mb * 1024 // share
+        stores = {
+            p: LocalStore(self._state_root / f"p{p}.sqlite", cache_kib=cache_kib) for p in complete
+        }
         try:
             with self.watchdog.guard(Step.RESTORE_DELTA, self.budget_s, complete):
                 reports = self.factory.restore(self.settings, stores, self._restore_progress)
@@ -390,10 +536,7 @@ class Engine:
                 PartitionTask(
                     partition=report.partition,
                     store=stores[report.partition],
-                    # A process can hold every partition: each task gets its share.
-                    read_cache_bytes=self.settings.read_cache_mb
-                    * 2**20
-                    // self.settings.partitions,
+                    read_cache_bytes=self.settings.read_cache_mb * 2**20 // share,
                 )
             )
         self.metrics.restore_seconds.observe(time.monotonic() - started)
@@ -415,6 +558,7 @@ class Engine:
                 self._drop_all_tasks()
                 self._rejoin_requested = True
         self.owned.release(partitions)
+        self.order.drop({tp.partition for tp in partitions})
         if not self.tasks:
             self.metrics.set_ready(False)
 
@@ -431,9 +575,11 @@ class Engine:
             except (RejoinError, KafkaException) as exc:
                 log.warning("abort after a lost assignment failed (rejoining anyway): %s", exc)
         self.owned.release(partitions)
+        self.order.drop({tp.partition for tp in partitions})
 
     def _drop_all_tasks(self) -> None:
         self.owned.drop_all()
+        self.order.clear()
         if self._txn is not None and self._txn.open:
             self._txn.status = TxnStatus.FAILED  # dropped with its clients, never flushed
         self._txn_event_times.clear()

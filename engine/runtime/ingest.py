@@ -25,10 +25,16 @@ class Rejected:
     payload: bytes
 
 
+PLACEMENT_CACHE = 65_536
+"""Session keys whose partition is remembered: a session's intent, ack and resume arrive close
+together, and the pure-Python murmur2 costs ~4 us a key. Cleared whole when full (bounded)."""
+
+
 class Ingest:
     def __init__(self, codec: Codec, topics: TopicNames, partitions: int) -> None:
         self.codec = codec
         self.partitions = partitions
+        self._placement: dict[bytes, int] = {}
         # The intents topic also carries operator repair commands (schemas/SPEC.md, section 1).
         self.record_types: dict[str, tuple[RecordType, ...]] = {
             topics.intents: (RecordType.INTENT, RecordType.REPAIR),
@@ -94,7 +100,11 @@ class Ingest:
                 f"record key {key!r} is not the session id {event.session_id!r}; "
                 "producers must key every record by its session id",
             )
-        expected = partition_for(key, self.partitions)
+        expected = self._placement.get(key)
+        if expected is None:
+            if len(self._placement) >= PLACEMENT_CACHE:
+                self._placement.clear()
+            expected = self._placement[key] = partition_for(key, self.partitions)
         if expected != source.partition:
             raise DecodeError(
                 DecodeReason.INVALID_FIELDS,

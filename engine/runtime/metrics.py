@@ -34,6 +34,8 @@ LAG_QUERY_TIMEOUT_S = 0.2
 LAG_QUERY_BUDGET_S = 1.0
 DEAD_LETTER_REFUSED = "DEAD_LETTER_REFUSED"  # the dead-letter produce itself failed
 ABORT_KINDS = ("abortable", "fatal", "state")
+STAGES = ("consume_wait", "fold", "produce", "commit")
+STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -70,6 +72,15 @@ class EngineMetrics:
         )
         self.commit_seconds = Histogram(
             "reconciler_transaction_commit_seconds", "commit_transaction duration", registry=r
+        )
+        self.stage_seconds = Histogram(
+            "reconciler_stage_seconds",
+            "Time per consumed batch in each stage: consume_wait (in consume()), fold (decode,"
+            " fold, encode, decisions queued), produce (changelog queued and flushed), commit"
+            " (offsets sent, transaction committed)",
+            ["stage"],
+            buckets=STAGE_BUCKETS,
+            registry=r,
         )
         self.aborts = Counter(
             "reconciler_transaction_aborts", "Aborted transactions", ["kind"], registry=r
@@ -109,6 +120,11 @@ class EngineMetrics:
             "Times the supervisor restarted the engine process before this one",
             registry=r,
         )
+        self.rejoins = Counter(
+            "reconciler_rejoins",
+            "Times this process recreated its Kafka clients and rejoined after a fatal error",
+            registry=r,
+        )
         self.sessions_by_health = Gauge(
             "reconciler_sessions_by_health",
             "Sessions in local state by health (AMBIGUOUS and VIOLATED wait for a repair)",
@@ -140,6 +156,8 @@ class EngineMetrics:
             self.rebalances.labels(kind=kind)
         for health in Health:
             self.sessions_by_health.labels(health=health).set(0)
+        for stage in STAGES:
+            self.stage_seconds.labels(stage=stage)
 
     def observe_sessions(self, tasks: Iterable[_HasStore]) -> None:
         """Session count and sessions by health, from the local stores (after a commit)."""
@@ -163,6 +181,10 @@ class EngineMetrics:
         """Tally one folded input and its decisions (published by `flush`)."""
         events = self._events_tally
         events[topic, kind] = events.get((topic, kind), 0) + 1
+        self.count_decisions(decisions)
+
+    def count_decisions(self, decisions: Iterable[Decision]) -> None:
+        """Tally decisions that answer no input folded now (the watermark's final answers)."""
         tally = self._decisions_tally
         for decision in decisions:
             key = (decision.verdict, decision.reason, decision.alert)

@@ -14,7 +14,13 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from engine.runtime.store import NO_OFFSET, LocalStore, StoreWrite
-from engine.runtime.task import HEALTH_HEADER, PENDING_HEADER, parse_pending_header
+from engine.runtime.task import (
+    HEALTH_HEADER,
+    PARKED_HEADER,
+    PENDING_HEADER,
+    WATERMARK_HEADER,
+    parse_pending_header,
+)
 
 RESTORE_BATCH = 5_000
 
@@ -119,10 +125,21 @@ def _store_write(key: bytes, message: Any) -> StoreWrite:
     status: str | None = None
     since: int | None = None
     health: str | None = None
+    numbers: dict[str, int] = {}
     headers = message.headers()
     for name, value in headers if isinstance(headers, list) else []:
         if name == PENDING_HEADER and isinstance(value, bytes):
             status, since = parse_pending_header(value)
         elif name == HEALTH_HEADER and isinstance(value, bytes):
             health = value.decode()
-    return StoreWrite(key.decode(), message.value(), status, since, health)
+        elif name in (PARKED_HEADER, WATERMARK_HEADER) and isinstance(value, bytes):
+            numbers[name] = int(value)
+    return StoreWrite(
+        key.decode(),
+        message.value(),
+        status,
+        since,
+        health,
+        numbers.get(PARKED_HEADER),
+        numbers.get(WATERMARK_HEADER),
+    )

@@ -24,13 +24,15 @@ CREATE TABLE IF NOT EXISTS sessions (
     state BLOB NOT NULL,
     pending_status TEXT,        -- status of an unresolved pending write, else NULL
     pending_since_ms INTEGER,   -- event time it became unresolved
-    health TEXT                 -- AMBIGUOUS or VIOLATED, else NULL (CLEAR)
+    health TEXT,                -- AMBIGUOUS or VIOLATED, else NULL (CLEAR)
+    park_deadline_ms INTEGER    -- watermark answering its earliest parked resume, else NULL
 );
 CREATE INDEX IF NOT EXISTS sessions_pending ON sessions(pending_status)
     WHERE pending_status IS NOT NULL;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 NO_OFFSET = -1
+DEFAULT_CACHE_KIB = 2_048  # SQLite's own default page cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,26 +44,57 @@ class StoreWrite:
     pending_status: str | None = None
     pending_since_ms: int | None = None
     health: str | None = None  # AMBIGUOUS or VIOLATED; None when CLEAR
+    park_deadline_ms: int | None = None  # `engine.core.watermark.park_deadline`
+    watermark_ms: int | None = None  # the partition's intents watermark when it was written
 
 
 class LocalStore:
     """Session states (encoded changelog values) plus the changelog offset they reflect."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, cache_kib: int = DEFAULT_CACHE_KIB) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(f"PRAGMA cache_size=-{max(64, int(cache_kib))}")  # negative: KiB
         self._db.executescript(_SCHEMA)
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
         if "health" not in columns:  # a store made before the column existed
             self._db.execute("ALTER TABLE sessions ADD COLUMN health TEXT")
+        if "park_deadline_ms" not in columns:
+            self._db.execute("ALTER TABLE sessions ADD COLUMN park_deadline_ms INTEGER")
+        # After the ALTER: an index on a column that does not exist yet would fail.
+        self._db.execute(
+            "CREATE INDEX IF NOT EXISTS sessions_parked ON sessions(park_deadline_ms)"
+            " WHERE park_deadline_ms IS NOT NULL"
+        )
 
     def changelog_offset(self) -> int:
         """The highest changelog offset whose record is applied here (NO_OFFSET: none)."""
         row = self._db.execute("SELECT value FROM meta WHERE key='changelog_offset'").fetchone()
         return int(row[0]) if row is not None else NO_OFFSET
+
+    def watermark(self) -> int | None:
+        """The partition's intents watermark as of the applied changelog (None: never set)."""
+        row = self._db.execute("SELECT value FROM meta WHERE key='watermark'").fetchone()
+        return int(row[0]) if row is not None else None
+
+    def parked_due(self, watermark: int) -> list[str]:
+        """Sessions whose earliest parked resume is due at `watermark` (an index range)."""
+        rows = self._db.execute(
+            "SELECT session_id FROM sessions WHERE park_deadline_ms <= ? ORDER BY session_id",
+            (watermark,),
+        )
+        return [str(row[0]) for row in rows]
+
+    def next_park_deadline(self, after: int | None = None) -> int | None:
+        """The earliest park deadline stored (past `after`, if given): None when none."""
+        row = self._db.execute(
+            "SELECT MIN(park_deadline_ms) FROM sessions WHERE park_deadline_ms > ?",
+            (after if after is not None else -(2**62),),
+        ).fetchone()
+        return int(row[0]) if row is not None and row[0] is not None else None
 
     def get(self, session_id: str) -> bytes | None:
         row = self._db.execute(
@@ -98,24 +131,38 @@ class LocalStore:
         return {str(health): int(count) for health, count in rows}
 
     def apply(self, writes: Iterable[StoreWrite], changelog_offset: int) -> None:
-        """Write states (None deletes) and the changelog offset in one atomic transaction."""
+        """Write states (None deletes) and the changelog offset in one atomic transaction; the
+        watermark kept is the highest any write carries (it never falls)."""
+        watermark: int | None = None
         with self._transaction():
             for write in writes:
+                if write.watermark_ms is not None:
+                    watermark = (
+                        write.watermark_ms
+                        if watermark is None
+                        else max(watermark, write.watermark_ms)
+                    )
                 if write.state is None:
                     self._db.execute("DELETE FROM sessions WHERE session_id=?", (write.session_id,))
                 else:
                     self._db.execute(
-                        "INSERT OR REPLACE INTO sessions"
-                        "(session_id, state, pending_status, pending_since_ms, health)"
-                        " VALUES (?, ?, ?, ?, ?)",
+                        "INSERT OR REPLACE INTO sessions(session_id, state, pending_status,"
+                        " pending_since_ms, health, park_deadline_ms) VALUES (?, ?, ?, ?, ?, ?)",
                         (
                             write.session_id,
                             write.state,
                             write.pending_status,
                             write.pending_since_ms,
                             write.health,
+                            write.park_deadline_ms,
                         ),
                     )
+            if watermark is not None:
+                self._db.execute(
+                    "INSERT INTO meta(key, value) VALUES ('watermark', ?) ON CONFLICT(key)"
+                    " DO UPDATE SET value = MAX(value, excluded.value)",
+                    (watermark,),
+                )
             self._db.execute(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES ('changelog_offset', ?)",
                 (changelog_offset,),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from engine.core.events import Decision, Event
 from engine.core.fold import fold
 from engine.core.state import UNRESOLVED, Health, SessionState
+from engine.core.watermark import NO_WATERMARK, advance, expire, park_deadline
 from engine.runtime.state_codec import decode_state, encode_state
 from engine.runtime.store import LocalStore, StoreWrite
 
@@ -18,6 +20,17 @@ the store's pending columns (metrics) without decoding every state."""
 HEALTH_HEADER = "health"
 """Changelog header of a session that is not CLEAR (AMBIGUOUS, VIOLATED), for the same reason:
 the sessions-by-health gauge after a restore."""
+PARKED_HEADER = "parked"
+"""Changelog header: the session's park deadline (`engine.core.watermark.park_deadline`), so a
+restore fills the store's index of sessions with parked resumes without decoding states."""
+WATERMARK_HEADER = "watermark"
+"""Changelog header on every record of a commit: the partition's intents watermark then. The
+record with the highest value is the newest of its key, so compaction never loses it."""
+WATERMARK_SOURCE = "watermark"
+"""`source` header of the final answers the watermark gave: `watermark:<partition>:<ms>` (a
+topic name cannot contain `:`), which is what a replay needs to give the same answers."""
+
+log = logging.getLogger("reconciler.engine")
 
 
 def pending_header(write: StoreWrite) -> list[tuple[str, bytes]]:
@@ -27,12 +40,28 @@ def pending_header(write: StoreWrite) -> list[tuple[str, bytes]]:
         headers.append((PENDING_HEADER, f"{write.pending_status}:{since}".encode()))
     if write.health is not None:
         headers.append((HEALTH_HEADER, write.health.encode()))
+    if write.park_deadline_ms is not None:
+        headers.append((PARKED_HEADER, str(write.park_deadline_ms).encode()))
+    if write.watermark_ms is not None:
+        headers.append((WATERMARK_HEADER, str(write.watermark_ms).encode()))
     return headers
 
 
 def parse_pending_header(value: bytes) -> tuple[str, int]:
     status, _, since = value.decode().partition(":")
     return status, int(since or 0)
+
+
+def watermark_source(partition: int, watermark: int) -> str:
+    return f"{WATERMARK_SOURCE}:{partition}:{watermark}"
+
+
+def parse_watermark_source(source: str) -> int | None:
+    """The watermark a `source` header names, or None for an input's `topic/partition/offset`."""
+    name, _, rest = source.partition(":")
+    if name != WATERMARK_SOURCE or not rest:
+        return None
+    return int(rest.rpartition(":")[2])
 
 
 class InputFailedError(Exception):
@@ -68,6 +97,18 @@ class PartitionTask:
     folded: int = 0  # events folded in the open transaction
     _encoded: list[StoreWrite] = field(default_factory=list)
     _state_bytes: dict[str, bytes] = field(default_factory=dict)  # encoded at fold (isolation)
+    # Highest intent event time folded on the partition (engine.core.watermark), and a lower
+    # bound of the park deadlines of its sessions, so most folds skip the index query.
+    watermark: int = NO_WATERMARK
+    _next_deadline: int | None = None
+
+    def __post_init__(self) -> None:
+        self._load_watermark()
+
+    def _load_watermark(self) -> None:
+        stored = self.store.watermark()
+        self.watermark = NO_WATERMARK if stored is None else stored
+        self._next_deadline = self.store.next_park_deadline()
 
     def state_of(self, session_id: str) -> SessionState | None:
         cached = self.cache.get(session_id)
@@ -125,7 +166,56 @@ class PartitionTask:
         self._state_bytes[event.session_id] = state_bytes
         self.since[event.session_id] = since
         self.folded += 1
+        self.watermark = advance(self.watermark, event)
+        self._lower_next_deadline(park_deadline(after))
         return before, result.decisions, payloads
+
+    def _lower_next_deadline(self, deadline: int | None) -> None:
+        if deadline is not None and (self._next_deadline is None or deadline < self._next_deadline):
+            self._next_deadline = deadline
+
+    def watermark_source(self) -> str:
+        return watermark_source(self.partition, self.watermark)
+
+    def expire_overdue(
+        self, encode: Callable[[Decision], bytes] = lambda d: b""
+    ) -> list[tuple[Decision, bytes]]:
+        """Final answers of the parked resumes the watermark has passed, in every session of
+        the partition (sessions in id order); each changed state joins the write cache.
+
+        Called after each fold: the answers then depend only on the order of the folded
+        inputs, not on where a consumed batch happened to end.
+        """
+        watermark = self.watermark
+        if self._next_deadline is None or self._next_deadline > watermark:
+            return []
+        due = set(self.store.parked_due(watermark))
+        due.update(sid for sid, state in self.cache.items() if state.parked_resumes)
+        answers: list[tuple[Decision, bytes]] = []
+        next_deadline = self.store.next_park_deadline(after=watermark)
+        for session_id in sorted(due):
+            state = self.state_of(session_id)
+            if state is None:
+                continue
+            try:
+                after, decisions = expire(state, watermark)
+                if not decisions:
+                    continue
+                state_bytes = encode_state(after)
+                payloads = [encode(decision) for decision in decisions]
+            except Exception:
+                # Not an input, so nothing to dead-letter: the session keeps waiting and is
+                # tried again when the watermark next moves.
+                log.exception("answering parked resumes of %s failed", session_id[:200])
+                continue
+            self.since[session_id] = self._pending_since(state, after, watermark)
+            self.cache[session_id] = after
+            self._state_bytes[session_id] = state_bytes
+            answers.extend(zip(decisions, payloads, strict=True))
+        self._next_deadline = next_deadline
+        for state in self.cache.values():
+            self._lower_next_deadline(park_deadline(state))
+        return answers
 
     def _pending_since(
         self, before: SessionState | None, after: SessionState, at_ms: int
@@ -151,6 +241,8 @@ class PartitionTask:
                 state.slot.status.value if self.since.get(sid) is not None and state.slot else None,
                 self.since.get(sid),
                 None if state.health is Health.CLEAR else state.health.value,
+                park_deadline(state),
+                None if self.watermark == NO_WATERMARK else self.watermark,
             )
             for sid, state in self.cache.items()
         ]
@@ -173,3 +265,4 @@ class PartitionTask:
         self.since.clear()
         self.changelog_high = -1
         self.folded = 0
+        self._load_watermark()

@@ -75,6 +75,7 @@ class Transaction:
         self.budget_s = budget_s  # the watchdog's bound on any one call
         self.status = TxnStatus.NONE
         self.started = 0.0
+        self.flushed_at = 0.0  # when step 4's flush returned (the per-stage histogram)
         self.partitions: tuple[int, ...] = ()  # for the watchdog's report
 
     @property
@@ -126,12 +127,12 @@ class Transaction:
         **extra: Any,
     ) -> bool:
         """Queue one record in the open transaction; a full queue waits for deliveries.
-        An `optional` record (a dead letter) refused for itself, neither fatal nor abortable
+        produce() itself never blocks: the caller guards a whole batch of them. An
+        `optional` record (a dead letter) refused for itself, neither fatal nor abortable
         (e.g. too large), is logged and skipped: returns False."""
         while True:
             try:
-                with self.watchdog.guard(f"{step} produce", self.budget_s, self.partitions):
-                    self.producer.produce(topic, key=key, value=value, **extra)
+                self.producer.produce(topic, key=key, value=value, **extra)
                 return True
             except BufferError:
                 self.call(f"{step} produce (queue full)", lambda _: self.producer.poll(0.05))
@@ -157,6 +158,7 @@ class Transaction:
         self.status = TxnStatus.COMMITTING
         deadline = time.monotonic() + STEP_DEADLINE_S
         self.call(f"{Step.OFFSETS} flush", self._flush, deadline)
+        self.flushed_at = time.monotonic()
         if offsets:
             metadata = group_metadata()
             self.call(

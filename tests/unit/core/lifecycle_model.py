@@ -62,6 +62,8 @@ class Fault(StrEnum):
     UNKNOWN_ABSENT = "unknown_absent"  # not written; the call failed opaquely (UNKNOWN), crash
     CRASH_BEFORE = "crash_before"  # crash after the intent, before the append
     PARTIAL = "partial"  # a prefix landed; the call failed opaquely (UNKNOWN), crash
+    RETRY_IN_PLACE = "retry_in_place"  # NOT_WRITTEN, then the same runner re-arms the intent
+    # under the same fence and appends again, successfully (first attempts only, see README)
 
 
 class Foreign(StrEnum):
@@ -302,6 +304,15 @@ class World:
     def _finish(
         self, runner: Runner, k: int, intent_id: str, fault: Fault, record: PendingRecord
     ) -> None:
+        if fault is Fault.RETRY_IN_PLACE:
+            self._both_acks(runner, intent_id, AckOutcome.NOT_WRITTEN)
+            items = self.batch_items[k]
+            answer = self._intent(runner, IntentKind.REGISTER, intent_id, items, record.before)
+            if answer.verdict is not Verdict.RECORDED:
+                self.live = None
+                self.stopped = True
+                return
+            fault = Fault.OK
         alive = self._append(runner, k, intent_id, fault)
         if fault in (Fault.NOT_WRITTEN, Fault.ROLLBACK):
             # After a definite failure the runner stops and is resumed: the grant's fence marks
@@ -351,6 +362,7 @@ class World:
             return
         k = runner.held
         intent_id = f"w{k}"
+        self.sequence += 1  # every intent takes the next number, as the client counts
         if drop:
             self._intent(runner, IntentKind.DISCARD, intent_id, self.batch_items[k], None)
             self.started.discard(k)

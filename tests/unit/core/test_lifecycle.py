@@ -45,11 +45,14 @@ LIFECYCLE = settings(
 )
 
 faults = st.sampled_from(list(Fault))
+# A retry in place after an APPEND_ONCE grant is left out: with the intents read ahead, its
+# re-arm cannot be told from the grant's own re-arm (README "Attempts").
+granted_faults = st.sampled_from([f for f in Fault if f is not Fault.RETRY_IN_PLACE])
 ops: st.SearchStrategy[Op] = st.one_of(
     st.builds(Write, faults),
     st.builds(Write, faults),
     st.builds(ForeignWrite, st.sampled_from(list(Foreign))),
-    st.builds(Restore, st.sampled_from([1, 2]), faults),
+    st.builds(Restore, st.sampled_from([1, 2]), granted_faults),
     st.just(Hold()),
     st.builds(Settle, st.booleans()),
 )
@@ -138,6 +141,11 @@ def check_world(program: list[Op], store_acks: bool) -> World:
     assert all(baseline[r][0] != "DEFERRED" for r in resumes), "a resume never got a final answer"
     assert baseline == _final_answers(world.decisions)
     same, safe_only = _orders(world.log)
+    if store_acks and Write(Fault.RETRY_IN_PLACE) in program:
+        # Intents read ahead: a retry in place can be folded between the store's and the
+        # runner's NOT_WRITTEN of the attempt it retries, and the later one then counts against
+        # the retry (AMBIGUOUS, alerted, nothing granted). Safety only (README "Attempts").
+        safe_only.append(same.pop(0))
     for order in same:
         assert _final_answers(_refold(order)) == baseline
     for order in safe_only:

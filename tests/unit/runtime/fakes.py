@@ -185,6 +185,8 @@ class FakeConsumer:
         self.topics: list[str] = []
         self.callbacks: dict[str, Any] = {}
         self.positions: dict[tuple[str, int], int] | None = None
+        self.paused: set[tuple[str, int]] = set()
+        self.at_end: set[tuple[str, int]] = set()
 
     def subscribe(
         self, topics: list[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None
@@ -203,12 +205,21 @@ class FakeConsumer:
                 for tp in tps
             }
         out: list[Message] = []
+        limit = min(num_messages, self.batch)
         for (topic, p), position in sorted(self.positions.items()):
+            if (topic, p) in self.paused:
+                continue
             log = self.broker.log(topic, p)
-            while position < len(log) and len(out) < min(num_messages, self.batch):
+            while position < len(log) and len(out) < limit:
                 out.append(self.broker.message(topic, p, position))
+                self.at_end.discard((topic, p))
                 position += 1
             self.positions[(topic, p)] = position
+            if position == len(log) and (topic, p) not in self.at_end and len(out) < limit:
+                # librdkafka's enable.partition.eof: once per arrival at the end
+                self.at_end.add((topic, p))
+                eof = KafkaError(KafkaError._PARTITION_EOF, "end of partition")
+                out.append(Message(topic=topic, partition=p, offset=position, error=eof))
         if not out:
             self.on_idle()
         return out
@@ -227,9 +238,13 @@ class FakeConsumer:
     def seek(self, partition: TopicPartition) -> None:
         assert self.positions is not None
         self.positions[(partition.topic, partition.partition)] = max(0, partition.offset)
+        self.at_end.discard((partition.topic, partition.partition))
 
     def pause(self, partitions: list[TopicPartition]) -> None:
-        return None
+        self.paused |= {(tp.topic, tp.partition) for tp in partitions}
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        self.paused -= {(tp.topic, tp.partition) for tp in partitions}
 
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         return [TopicPartition(tp.topic, tp.partition, -1001) for tp in partitions]

@@ -29,7 +29,7 @@ EVENTS = workload(12, seed=5)
 
 @pytest.fixture(autouse=True)
 def _no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_module, "RETRY_S", 0.0)
+    monkeypatch.setattr(engine_module, "REJOIN_INITIAL_S", 0.0)
 
 
 def _settings(tmp_path: Path) -> Settings:
@@ -172,7 +172,7 @@ def test_a_call_that_never_returns_is_cut_by_the_watchdog(
     assert not thread.is_alive()
     assert expired is not None
     assert reported == [expired]
-    names = {"A1": "A1", "A2": "A2", "begin": "1", "produce": "2 produce", "flush": "4 flush"}
+    names = {"A1": "A1", "A2": "A2", "begin": "1", "produce": "2 fold", "flush": "4 flush"}
     names |= {"offsets": "4 send_offsets", "commit": "5", "persist": "6"}
     assert expired.step == names[step]
     assert runs

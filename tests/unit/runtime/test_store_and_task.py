@@ -9,13 +9,16 @@ from pathlib import Path
 import pytest
 from msgspec.structs import replace
 
-from engine.core.events import AckOutcome, Verdict
+from engine.core.events import AckOutcome, Reason, Verdict
+from engine.core.state import PARK_MS
+from engine.runtime.restore import _store_write
 from engine.runtime.state_codec import StateFormatError, decode_state
 from engine.runtime.store import NO_OFFSET, LocalStore, StoreWrite
 from engine.runtime.task import (
     DECODED_BYTES_PER_ENCODED,
     PartitionTask,
     parse_pending_header,
+    parse_watermark_source,
     pending_header,
 )
 from tests.unit.core.builders import ack, call, intent, msg, out, record, resume
@@ -120,3 +123,78 @@ def test_read_cache_is_an_lru_bounded_by_estimated_bytes(tmp_path: Path) -> None
     small.state_of("s30")  # evicts the least recently used (s20), not the oldest inserted
     assert "s20" not in small.committed
     assert "s25" in small.committed
+
+
+class _Message:
+    """The two things `restore._store_write` reads from a changelog message."""
+
+    def __init__(self, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+        self._value, self._headers = value, headers
+
+    def value(self) -> bytes:
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return self._headers
+
+
+def test_an_orphan_resume_is_answered_when_other_sessions_intents_pass_its_deadline(
+    tmp_path: Path,
+) -> None:
+    """Nothing else ever arrives for the resume's session; the partition's intents watermark,
+    kept in the store with the changelog offset, answers it, also after a restart."""
+    store = LocalStore(tmp_path / "p0.sqlite")
+    task = PartitionTask(partition=0, store=store)
+    orphan = resume("r1", record([OUT], [U, C], intent_id="never"), [U, C], t=10_000)
+    _, first, _ = task.fold(orphan, offset=0)
+    assert [d.verdict for d in first] == [Verdict.DEFERRED]
+    other = replace(intent("e1", [OUT], [U, C], t=10_000 + PARK_MS - 1), session_id="s2")
+    task.fold(other, offset=0)
+    assert task.expire_overdue() == []  # one millisecond short of the deadline
+    task.changelog_records()
+    task.persist()
+    assert (store.watermark(), store.parked_due(10_000 + PARK_MS)) == (10_000 + PARK_MS - 1, ["s1"])
+
+    restarted = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
+    assert restarted.watermark == 10_000 + PARK_MS - 1
+    later = replace(other, event_id="e2", event_time_ms=10_000 + PARK_MS)
+    restarted.fold(later, offset=1)
+    answers = restarted.expire_overdue()
+    assert [(d.decision_id, d.reason) for d, _ in answers] == [
+        ("r1/final", Reason.INTENT_NEVER_ARRIVED)
+    ]
+    assert restarted.watermark_source() == f"watermark:0:{10_000 + PARK_MS}"
+    assert parse_watermark_source(restarted.watermark_source()) == 10_000 + PARK_MS
+    assert parse_watermark_source("reconciler.intents/0/17") is None
+    assert restarted.expire_overdue() == []  # answered once
+    writes = {w.session_id: w for w in restarted.changelog_records()}
+    assert writes["s1"].park_deadline_ms is None
+    assert writes["s1"].watermark_ms == 10_000 + PARK_MS
+
+
+def test_an_abort_forgets_the_watermark_the_aborted_inputs_moved(tmp_path: Path) -> None:
+    task = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
+    task.fold(intent("e1", [OUT], [U, C], t=5_000), offset=0)
+    task.changelog_records()
+    task.persist()
+    task.fold(intent("e2", [OUT], [U, C], intent_id="i2", seq=2, t=9_000), offset=1)
+    assert task.watermark == 9_000
+    task.discard()
+    assert task.watermark == 5_000
+
+
+def test_restore_reads_the_park_deadline_and_the_watermark_from_changelog_headers(
+    tmp_path: Path,
+) -> None:
+    write = StoreWrite("s1", b"x", park_deadline_ms=70_000, watermark_ms=12_345)
+    restored = _store_write(b"s1", _Message(b"x", pending_header(write)))
+    assert restored == write
+    store = LocalStore(tmp_path / "p0.sqlite")
+    store.apply([restored, StoreWrite("s2", b"y", watermark_ms=1)], changelog_offset=4)
+    assert (store.watermark(), store.parked_due(69_999), store.parked_due(70_000)) == (
+        12_345,
+        [],
+        ["s1"],
+    )
+    assert store.next_park_deadline() == 70_000
+    assert store.next_park_deadline(after=70_000) is None
