@@ -27,6 +27,7 @@ from engine.admin.topics import create_topics
 from engine.core.events import AckEvent, Event, IntentEvent, Reason
 from engine.settings import Settings, load_settings
 from engine.wire import Codec, RecordType
+from tools.bench_fold import session_events
 
 CODEC = Codec()
 REPO = Path(__file__).resolve().parents[1]
@@ -49,6 +50,12 @@ def encode_inputs(events: Sequence[Event]) -> list[Input]:
         return RecordType.ACK if isinstance(event, AckEvent) else RecordType.RESUME
 
     return [Input(kind(e), e.session_id.encode(), CODEC.encode(e), e.event_id) for e in events]
+
+
+def register_intent(n: int) -> IntentEvent:
+    """Session n's REGISTER intent from tools/bench_fold.py's mix (not always its first
+    event: some sessions have their ack and resume first)."""
+    return next(e for e in session_events(n) if isinstance(e, IntentEvent))
 
 
 def topic_of(settings: Settings, kind: RecordType) -> str:
@@ -224,9 +231,10 @@ def start_engine(
 
 
 def stop(proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
-    """SIGTERM (drain and commit), then SIGKILL of the whole group if it hangs."""
+    """SIGTERM to the process (a supervisor forwards it once: a second one would make the engine
+    exit at once), then SIGKILL of the whole group if it hangs."""
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
+        proc.terminate()
         try:
             proc.wait(timeout_s)
         except subprocess.TimeoutExpired:

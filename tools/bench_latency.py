@@ -26,13 +26,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from engine.core.events import ResumeEvent
 from engine.settings import Settings
 from engine.wire import RecordType
-from tools.bench_fold import BINDING, session_events
+from tools.bench_fold import BINDING
 from tools.bench_kafka import (
     CODEC,
     AnswerCounter,
     encode_inputs,
     fresh_settings,
     produce_inputs,
+    register_intent,
     start_engine,
     stop,
 )
@@ -167,7 +168,7 @@ def run_latency(
                 binding=BINDING,
             )
             producer.produce(settings.topics.resumes, key=sid.encode(), value=CODEC.encode(resume))
-            load = session_events(n)[0]  # an intent on another session, as background load
+            load = register_intent(n)  # an intent on another session, as background load
             producer.produce(
                 settings.topics.intents, key=load.session_id.encode(), value=CODEC.encode(load)
             )

@@ -29,7 +29,7 @@ from engine.runtime.state_codec import encode_state
 from engine.runtime.store import LocalStore
 from engine.settings import Settings
 from engine.wire import RecordType
-from tools.bench_fold import BINDING, session_events
+from tools.bench_fold import BINDING
 from tools.bench_kafka import (
     CODEC,
     AnswerCounter,
@@ -38,6 +38,7 @@ from tools.bench_kafka import (
     fresh_settings,
     kill,
     produce_inputs,
+    register_intent,
     rss_mb,
     start_engine,
     stop,
@@ -73,7 +74,7 @@ def live_sessions(args: argparse.Namespace) -> None:
     settings = fresh_settings(
         args.bootstrap_servers, args.partitions, args.commit_ms, metrics_port=port
     )
-    intents = encode_inputs([session_events(i)[0] for i in range(n)])
+    intents = encode_inputs([register_intent(i) for i in range(n)])
     produce_inputs(settings, intents)
     log = Path(tempfile.mkdtemp(prefix="bench-log-")) / "engine.log"
     counter = AnswerCounter(settings, {i.event_id for i in intents}).start()
