@@ -511,6 +511,10 @@ class Engine:
         complete, incomplete = self.owned.add(partitions)
         if incomplete:
             consumer.pause(incomplete)
+        if complete:
+            # librdkafka keeps a partition's pause flag across a revoke and a re-assign, and
+            # the order buffer that paused it forgot it at the revoke: start every task unpaused.
+            consumer.resume(self.owned.wanted(complete))
         if not complete:
             self.metrics.set_ready(True)
             return
@@ -569,9 +573,20 @@ class Engine:
                 self._drop_all_tasks()
                 self._rejoin_requested = True
         self.owned.release(partitions)
-        self.order.drop({tp.partition for tp in partitions})
+        self._resume_held(consumer, self.order.drop({tp.partition for tp in partitions}))
         if not self.tasks:
             self.metrics.set_ready(False)
+
+    @staticmethod
+    def _resume_held(consumer: Any, held: list[tuple[str, int]]) -> None:
+        """Unpause what the order buffer paused before the partitions go: librdkafka would
+        keep them paused if they came back, and nothing would resume them (a stall)."""
+        if not held:
+            return
+        try:
+            consumer.resume([TopicPartition(t, p) for t, p in held])
+        except KafkaException as exc:  # not assigned any more: nothing left to unpause
+            log.info("resume of revoked partitions refused: %s", exc)
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.metrics.rebalances.labels(kind="lost").inc()
@@ -586,7 +601,7 @@ class Engine:
             except (RejoinError, KafkaException) as exc:
                 log.warning("abort after a lost assignment failed (rejoining anyway): %s", exc)
         self.owned.release(partitions)
-        self.order.drop({tp.partition for tp in partitions})
+        self._resume_held(consumer, self.order.drop({tp.partition for tp in partitions}))
 
     def _drop_all_tasks(self) -> None:
         self.owned.drop_all()
