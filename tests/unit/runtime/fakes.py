@@ -192,7 +192,19 @@ class FakeConsumer:
         self, topics: list[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None
     ) -> None:
         self.topics = topics
-        self.callbacks = {"assign": on_assign}
+        self.callbacks = {"assign": on_assign, "revoke": on_revoke}
+
+    def rebalance(self) -> None:
+        """An eager rebalance that hands this consumer the same partitions back. Like
+        librdkafka, the pause flags survive it (only resume() clears them)."""
+        assert self.positions is not None
+        tps = [TopicPartition(t, p) for t, p in sorted(self.positions)]
+        self.callbacks["revoke"](self, tps)
+        self.callbacks["assign"](self, tps)
+        self.positions = {
+            (tp.topic, tp.partition): max(0, self.broker.offsets.get((tp.topic, tp.partition), 0))
+            for tp in tps
+        }
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         if self.positions is None:

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from confluent_kafka import Message
+
 from engine.core.events import Decision, Reason
+from engine.runtime.clients import ConsumerLike
 from engine.runtime.engine import Engine
 from engine.runtime.ordering import FIRST, Buffered, InputOrder
-from engine.settings import load_settings
+from engine.settings import Settings, load_settings
 from engine.wire import RecordType
 from tests.integration.engine_harness import CODEC
-from tests.unit.runtime.fakes import FakeBroker, FakeClients, Faults
+from tests.unit.runtime.fakes import FakeBroker, FakeClients, FakeConsumer, Faults
 from tools.bench_fold import build_log
 
 INPUTS = ("intents", "acks", "resumes")
@@ -181,3 +184,53 @@ def test_records_put_back_come_first_again_in_order() -> None:
     order.put_back(batch[1:])
     _push(order, "intents", 3, 13)
     assert _items(order.ready(0.0, drained=False)) == ["intents@11", "intents@12", "intents@13"]
+
+
+class _RebalancingConsumer(FakeConsumer):
+    """Rebalances once, while the order buffer holds a paused partition."""
+
+    rebalanced = False
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        if self.positions is not None and self.paused and not self.rebalanced:
+            self.rebalanced = True
+            self.rebalance()
+        return super().consume(num_messages, timeout)
+
+
+def test_a_partition_paused_for_order_is_not_left_paused_by_a_rebalance(tmp_path: Path) -> None:
+    """The order buffer pauses the input that is ahead; a rebalance drops the buffer. librdkafka
+    keeps the pause flag of a partition that comes back, so unless the engine resumes it the
+    partition is never read again (two `--processes` stalled so). Every input is answered."""
+    settings = load_settings(
+        environ={},
+        partitions=1,
+        state_dir=tmp_path / "state",
+        metrics_port=0,
+        commit_interval_ms=60_000,
+        order_wait_ms=10_000,
+        order_max_buffered=4,  # an input that is ahead is paused almost at once
+    )
+    broker = FakeBroker(1, Faults())
+    events = build_log(30)
+    for event in events:
+        topic = settings.topics.topic_for(event)
+        broker.append(topic, event.session_id.encode(), CODEC.encode(event))
+    clients = FakeClients(broker, batch=8)
+    made: list[_RebalancingConsumer] = []
+
+    def consumer(_: Settings) -> ConsumerLike:
+        made.append(_RebalancingConsumer(broker, lambda: clients.on_idle(), clients.batch))
+        return made[-1]
+
+    clients.consumer = consumer  # type: ignore[method-assign,assignment]
+    engine = Engine(settings, clients=clients)
+    clients.on_idle = engine.stop
+    engine.run()
+    assert made[0].rebalanced, "the order buffer never paused an input: nothing was tested"
+    answered = set()
+    for record in broker.log(settings.topics.decisions, 0):
+        decision = CODEC.decode(RecordType.DECISION, record.value)
+        assert isinstance(decision, Decision)
+        answered.add(decision.decision_id.removesuffix("/final"))
+    assert {e.event_id for e in events} <= answered
