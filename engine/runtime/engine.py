@@ -14,7 +14,7 @@ import os
 import signal
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -58,8 +58,8 @@ def _session_of(key: bytes | None) -> str:
     return key[:SESSION_LOG_CHARS].decode("utf-8", errors="replace")
 
 
-def _log_for_operator(event: Event, decisions: tuple[Decision, ...], source: str) -> None:
-    """One ops line per alert raised and per repair applied (ids and reasons, no content)."""
+def _log_alerts(decisions: Iterable[Decision], source: str) -> None:
+    """One ops line per alert raised (ids and reasons, no content)."""
     for decision in decisions:
         if decision.alert:
             oplog.emit(
@@ -70,6 +70,11 @@ def _log_for_operator(event: Event, decisions: tuple[Decision, ...], source: str
                 decision=decision.decision_id,
                 source=source,
             )
+
+
+def _log_for_operator(event: Event, decisions: tuple[Decision, ...], source: str) -> None:
+    """One ops line per alert raised and per repair applied."""
+    _log_alerts(decisions, source)
     if isinstance(event, RepairEvent):
         first = next(iter(decisions), None)
         oplog.emit(
@@ -402,15 +407,8 @@ class Engine:
             return
         source = task.watermark_source()
         self.metrics.count_decisions(d for d, _ in expired)
+        _log_alerts((d for d, _ in expired), source)
         for decision, payload in expired:
-            oplog.emit(
-                "alert_raised",
-                session=decision.session_id,
-                reason=decision.reason,
-                verdict=decision.verdict,
-                decision=decision.decision_id,
-                source=source,
-            )
             txn.produce(
                 self.topics.decisions,
                 decision.session_id.encode(),
