@@ -130,7 +130,10 @@ class Engine:
         self.ingest = Ingest(self.codec, self.topics, settings.partitions)
         self.owned = Assignment(self.topics.inputs)
         self.order: InputOrder[Consumed] = InputOrder(
-            self.topics.inputs, settings.order_wait_ms / 1000, settings.order_max_buffered
+            self.topics.inputs,
+            settings.order_wait_ms / 1000,
+            settings.order_max_buffered,
+            self._caught_up,
         )
         self._stopping = False
         self._rejoin_requested = False
@@ -361,6 +364,18 @@ class Engine:
             self.trace.arrived((topic, partition, offset), float(message.timestamp()[1]))
         at = FIRST if isinstance(outcome, Rejected) else outcome.event_time_ms
         self.order.push(Buffered(topic, partition, offset, at, (message, outcome)))
+
+    def _caught_up(self, topic: str, partition: int, after: int) -> bool:
+        """Everything before the end offset librdkafka last heard of is buffered: no need to
+        wait for this input (a cached answer, no broker round trip; unknown: wait)."""
+        consumer = self._consumer
+        if consumer is None:
+            return False
+        try:
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+        except KafkaException:
+            return False
+        return high >= 0 and after >= high
 
     def _apply_flow(self, consumer: ConsumerLike) -> None:
         flow = self.order.flow()
