@@ -446,8 +446,12 @@ class Engine:
         try:
             with self.watchdog.guard(f"{Step.CHANGELOG} produce", self.budget_s, self.tasks):
                 for task in committing:  # step 3
-                    delivered = _changelog_delivered(task)
-                    for write in task.changelog_records():
+                    # Only the last record reports its offset: the idempotent producer
+                    # delivers one partition in order, so it is the highest (a Python
+                    # callback per record cost more than the record's produce).
+                    writes = task.changelog_records()
+                    last = len(writes) - 1
+                    for n, write in enumerate(writes):
                         txn.produce(
                             self.topics.changelog,
                             write.session_id.encode(),
@@ -455,7 +459,7 @@ class Engine:
                             Step.CHANGELOG,
                             partition=task.partition,
                             headers=pending_header(write),
-                            on_delivery=delivered,
+                            on_delivery=_changelog_delivered(task) if n == last else None,
                         )
             assert self._consumer is not None
             consumer = self._consumer
