@@ -472,8 +472,7 @@ class Engine:
         stage.labels(stage="produce").observe(txn.flushed_at - started)  # steps 3 and 4 flush
         stage.labels(stage="commit").observe(done - txn.flushed_at)  # send offsets, commit
         self.metrics.commit_seconds.observe(done - started)
-        for event_time in self._txn_event_times:
-            self.metrics.decision_latency.observe(max(0.0, (now_ms - event_time) / 1000))
+        self.metrics.observe_decision_latencies(now_ms, self._txn_event_times)
         self._txn_event_times.clear()
         self._committed_since_rejoin = True
         with self.watchdog.guard(Step.PERSIST_LOCALLY, self.budget_s, self.tasks):
