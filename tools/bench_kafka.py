@@ -329,8 +329,8 @@ def children_of(pid: int) -> list[int]:
     """Child pids, whichever thread of `pid` started them."""
     found: list[int] = []
     tasks = Path(f"/proc/{pid}/task")
-    for task in tasks.iterdir() if tasks.exists() else []:
-        children = task / "children"
-        if children.exists():
-            found += [int(child) for child in children.read_text().split()]
+    with contextlib.suppress(OSError):  # the process or one of its threads just ended
+        for task in list(tasks.iterdir()):
+            with contextlib.suppress(OSError):
+                found += [int(child) for child in (task / "children").read_text().split()]
     return sorted(found)
