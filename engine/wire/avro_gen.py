@@ -80,7 +80,21 @@ def _read_long(b: bytes, p: int) -> tuple[int, int]:
     return (n >> 1) ^ -(n & 1), p
 
 
+def _hex_to_raw(text: str) -> bytes:
+    # In a schema marked "digest_bytes": "sha256", bytes under a str field hold a hex digest's
+    # 32 raw bytes (session_state v3, `engine.wire.raw_digests`); the round trip refuses upper
+    # case and spaces, which `bytes.fromhex` would accept.
+    raw = bytes.fromhex(text)
+    if len(raw) != 32 or raw.hex() != text:
+        raise ValueError("expected 64 lowercase hex characters")
+    return raw
+
+
+_RAW_DIGEST_LENGTH = b"\x40"  # 32 as an Avro long
+
+
 _COMMON: dict[str, Any] = {
+    "_hexraw": _hex_to_raw,
     "_long": _long,
     "_SMALL": _SMALL,
     "_int": _int,
@@ -95,8 +109,9 @@ class _Gen:
     """Source text for one top-level schema: one function, nested records written out inline
     (the shipped schemas are not recursive)."""
 
-    def __init__(self, limits: WireLimits | None) -> None:
+    def __init__(self, limits: WireLimits | None, schema: Mapping[str, Any]) -> None:
         self.limits = limits
+        self.raw_digests = schema.get("digest_bytes") == "sha256"
         self.lines: list[str] = []
         self.namespace: dict[str, Any] = dict(_COMMON)
         self.records: dict[str, str] = {}  # Avro full name of the top record -> function name
@@ -119,6 +134,13 @@ class _Gen:
         if isinstance(avro, dict) and avro.get("type") in ("record", "enum"):
             self.named.setdefault(avro["name"], avro)
         return avro
+
+    def raw_digest(self, avro: Any, info: Any) -> bool:
+        if not self.raw_digests or _kind(avro) != "bytes":
+            return False
+        if not isinstance(info, msgspec.inspect.StrType):
+            raise UnsupportedSchemaError(f"raw digest bytes for a value of {info!r}")
+        return True
 
     def record_fields(self, avro: Mapping[str, Any], info: Any) -> list[tuple[str, Any, Any]]:
         if not isinstance(info, msgspec.inspect.StructType):
@@ -147,7 +169,9 @@ class _WriterGen(_Gen):
         _not_too_deep(ind)
         avro = self.resolve(avro)
         kind = _kind(avro)
-        if kind == "string":
+        if self.raw_digest(avro, info):
+            out.append(f"{ind}o += {_RAW_DIGEST_LENGTH!r} + _hexraw({expr})")
+        elif kind == "string":
             t = self.temp()
             out.append(f"{ind}{t} = {expr}.encode()")
             _write_length(t, out, ind)
@@ -212,7 +236,10 @@ class _ReaderGen(_Gen):
         avro = self.resolve(avro)
         kind = _kind(avro)
         assert self.limits is not None
-        if kind in ("string", "bytes"):
+        if self.raw_digest(avro, info):  # anything but length 32 is the reference's to refuse
+            out.append(f"{ind}if b[p] != 0x40 or p + 33 > lb: raise _DeclineError")
+            out += [f"{ind}{target} = b[p + 1:p + 33].hex()", f"{ind}p += 33"]
+        elif kind in ("string", "bytes"):
             n, end = self.temp(), self.temp()
             _inline_long(n, out, ind)
             out.append(f"{ind}{end} = p + {n}")
@@ -338,7 +365,7 @@ def _compile(gen: _Gen, entry: str, source_name: str) -> Any:
 def writer_for(parsed_schema: Mapping[str, Any], value_type: type[msgspec.Struct]) -> Writer:
     """A function value -> Avro body bytes, the same bytes fastavro writes for the value's
     record. Raises `UnsupportedSchemaError` when the schema uses a type it does not handle."""
-    gen = _WriterGen(None)
+    gen = _WriterGen(None, parsed_schema)
     top = gen.function(parsed_schema, msgspec.inspect.type_info(value_type))
     gen.lines += ["def write(v):", "    o = bytearray()", f"    {top}(v, o)", "    return bytes(o)"]
     write: Writer = _compile(gen, "write", f"writer {parsed_schema['name']}")
@@ -350,7 +377,7 @@ def reader_for(
 ) -> Reader:
     """A function body bytes -> value, or None when the reference decoder must look (anything
     it does not accept as it stands). Raises `UnsupportedSchemaError` like `writer_for`."""
-    gen = _ReaderGen(limits)
+    gen = _ReaderGen(limits, parsed_schema)
     top = gen.function(parsed_schema, msgspec.inspect.type_info(value_type))
     gen.lines += [
         "def read(b):",
