@@ -36,6 +36,7 @@ class UnsupportedSchemaError(Exception):
 # The primitives, under the names the generated text uses (a module written at build time
 # imports them under the same names).
 _PRIMS = {
+    "_hexraw": "hex_to_raw",
     "_long": "write_long",
     "_SMALL": "SMALL",
     "_int": "write_int",
@@ -47,14 +48,18 @@ _PRIMS = {
 _COMMON: dict[str, Any] = {name: getattr(avro_prims, real) for name, real in _PRIMS.items()}
 _long = avro_prims.write_long
 BUILT_MODULE = "engine.wire.avro_built"
+_RAW_DIGEST_LENGTH = b"\x40"  # 32 as an Avro long
 
 
 class _Gen:
     """Source text for one top-level schema: one function, nested records written out inline
     (the shipped schemas are not recursive)."""
 
-    def __init__(self, limits: WireLimits | None, prefix: str) -> None:
+    def __init__(self, limits: WireLimits | None, prefix: str, schema: Mapping[str, Any]) -> None:
         self.limits = limits
+        # In a schema marked "digest_bytes": "sha256", Avro bytes under a str field hold a hex
+        # digest's 32 raw bytes (session_state v3, `engine.wire.raw_digests`).
+        self.raw_digests = schema.get("digest_bytes") == "sha256"
         self.prefix = prefix  # of every name defined, so several schemas share one module
         self.lines: list[str] = []
         self.namespace: dict[str, Any] = dict(_COMMON)
@@ -99,6 +104,13 @@ class _Gen:
             self.named.setdefault(avro["name"], avro)
         return avro
 
+    def raw_digest(self, avro: Any, info: Any) -> bool:
+        if not self.raw_digests or _kind(avro) != "bytes":
+            return False
+        if not isinstance(info, msgspec.inspect.StrType):
+            raise UnsupportedSchemaError(f"raw digest bytes for a value of {info!r}")
+        return True
+
     def record_fields(self, avro: Mapping[str, Any], info: Any) -> list[tuple[str, Any, Any]]:
         if not isinstance(info, msgspec.inspect.StructType):
             raise UnsupportedSchemaError(f"{avro['name']} is not a struct")
@@ -127,7 +139,9 @@ class _WriterGen(_Gen):
         _not_too_deep(ind)
         avro = self.resolve(avro)
         kind = _kind(avro)
-        if kind == "string":
+        if self.raw_digest(avro, info):
+            out.append(f"{ind}o += {_RAW_DIGEST_LENGTH!r} + _hexraw({expr})")
+        elif kind == "string":
             t = self.temp()
             out.append(f"{ind}{t} = {expr}.encode()")
             _write_length(t, out, ind)
@@ -194,7 +208,10 @@ class _ReaderGen(_Gen):
         avro = self.resolve(avro)
         kind = _kind(avro)
         assert self.limits is not None
-        if kind in ("string", "bytes"):
+        if self.raw_digest(avro, info):  # anything but length 32 is the reference's to refuse
+            out.append(f"{ind}if b[p] != 0x40 or p + 33 > lb: raise _DeclineError")
+            out += [f"{ind}{target} = b[p + 1:p + 33].hex()", f"{ind}p += 33"]
+        elif kind in ("string", "bytes"):
             n, end = self.temp(), self.temp()
             _inline_long(n, out, ind)
             out.append(f"{ind}{end} = p + {n}")
@@ -353,7 +370,7 @@ def _prefix(parsed_schema: Mapping[str, Any]) -> str:
 
 
 def _writer_gen(parsed_schema: Mapping[str, Any], value_type: type[msgspec.Struct]) -> _Gen:
-    gen = _WriterGen(None, _prefix(parsed_schema))
+    gen = _WriterGen(None, _prefix(parsed_schema), parsed_schema)
     top = gen.function(parsed_schema, msgspec.inspect.type_info(value_type))
     gen.lines += [
         f"def _{gen.prefix}write(v: {gen.cls(value_type)}) -> bytes:",
@@ -368,7 +385,7 @@ def _writer_gen(parsed_schema: Mapping[str, Any], value_type: type[msgspec.Struc
 def _reader_gen(
     parsed_schema: Mapping[str, Any], value_type: type[msgspec.Struct], limits: WireLimits
 ) -> _Gen:
-    gen = _ReaderGen(limits, _prefix(parsed_schema))
+    gen = _ReaderGen(limits, _prefix(parsed_schema), parsed_schema)
     top = gen.function(parsed_schema, msgspec.inspect.type_info(value_type))
     gen.lines += [
         f"def _{gen.prefix}read(b: bytes) -> {gen.cls(value_type)} | None:",

@@ -69,3 +69,12 @@ def read_long(b: bytes, p: int) -> tuple[int, int]:
     if n >> 64:
         raise DeclineError  # wider than a long: let the reference decoder say what it is
     return (n >> 1) ^ -(n & 1), p
+
+
+def hex_to_raw(text: str) -> bytes:
+    """The 32 raw bytes of a lowercase hex SHA-256 digest (session_state v3 stores item digests
+    raw, `engine.wire.raw_digests`); refuses upper case and spaces, which `bytes.fromhex` takes."""
+    raw = bytes.fromhex(text)
+    if len(raw) != 32 or raw.hex() != text:
+        raise ValueError("expected 64 lowercase hex characters")
+    return raw
