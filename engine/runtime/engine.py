@@ -477,8 +477,12 @@ class Engine:
         try:
             with self.watchdog.guard(f"{Step.CHANGELOG} produce", self.budget_s, self.tasks):
                 for task in committing:  # step 3
-                    delivered = _changelog_delivered(task)
-                    for write in task.changelog_records():
+                    # Only the last record reports its offset: the idempotent producer
+                    # delivers one partition in order, so it is the highest (a Python
+                    # callback per record cost more than the record's produce).
+                    writes = task.changelog_records()
+                    last = len(writes) - 1
+                    for n, write in enumerate(writes):
                         txn.produce(
                             self.topics.changelog,
                             write.session_id.encode(),
@@ -486,7 +490,7 @@ class Engine:
                             Step.CHANGELOG,
                             partition=task.partition,
                             headers=pending_header(write),
-                            on_delivery=delivered,
+                            on_delivery=_changelog_delivered(task) if n == last else None,
                         )
             assert self._consumer is not None
             consumer = self._consumer
@@ -499,8 +503,7 @@ class Engine:
         stage.labels(stage="produce").observe(txn.flushed_at - started)  # steps 3 and 4 flush
         stage.labels(stage="commit").observe(done - txn.flushed_at)  # send offsets, commit
         self.metrics.commit_seconds.observe(done - started)
-        for event_time in self._txn_event_times:
-            self.metrics.decision_latency.observe(max(0.0, (now_ms - event_time) / 1000))
+        self.metrics.observe_decision_latencies(now_ms, self._txn_event_times)
         self._txn_event_times.clear()
         if self.trace is not None:
             self.trace.committed(now_ms - (done - txn.flushed_at) * 1000)
