@@ -6,13 +6,19 @@ of tools/bench_fold.py's mix), the Avro bytes of every field in each supported s
 version, then the SQLite store's size per session with N such sessions written through
 `LocalStore.apply` (the table and its index from SQLite's dbstat, and the file after the WAL is
 checkpointed, as the bench measures the state directory of a stopped engine).
+
+``--codec-rounds N`` instead times the generated state writer and reader of each version on
+the states tools/bench_fold.py commits (its mix of 2,000 sessions), rounds interleaved v2, v3,
+v2, ..., and prints the median µs per state and the v3/v2 ratio of each round's pair.
 """
 
 from __future__ import annotations
 
 import argparse
 import sqlite3
+import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +28,12 @@ from engine.core.fold import fold
 from engine.core.state import SessionState
 from engine.runtime.store import LocalStore, StoreWrite
 from engine.wire import POLICY, SHIPPED_SCHEMAS, Codec, RecordType
+from engine.wire.avro_gen import reader_for, writer_for
 from engine.wire.codec import fields_of
+from engine.wire.limits import DEFAULT_LIMITS
 from engine.wire.raw_digests import convert, has_raw_digests, hex_to_raw
 from engine.wire.values import to_record
+from tools.bench_fold import build_log, fold_all
 from tools.bench_kafka import register_intent
 
 STATE = RecordType.SESSION_STATE
@@ -123,10 +132,52 @@ def disk_per_session(sessions: int, version: int) -> tuple[float, dict[str, floa
     return size / sessions, parts
 
 
+def codec_rounds(rounds: int) -> None:
+    """Generated writer and reader of v2 and v3 on the same states, interleaved."""
+    _, commits = fold_all(build_log(2_000), 500)
+    states = [state for commit in commits for state in commit]
+    paths = {}
+    for version in (2, 3):
+        schema = SHIPPED_SCHEMAS.get(STATE, version).parsed
+        write = writer_for(schema, SessionState)
+        read = reader_for(schema, SessionState, DEFAULT_LIMITS)
+        bodies = [write(state) for state in states]
+        assert [read(body) for body in bodies] == states
+        paths[version] = (write, read, bodies)
+    timings: dict[tuple[int, str], list[float]] = {}
+    for _ in range(rounds):
+        for version, (write, read, bodies) in paths.items():
+            start = time.perf_counter()
+            for state in states:
+                write(state)
+            middle = time.perf_counter()
+            for body in bodies:
+                read(body)
+            end = time.perf_counter()
+            timings.setdefault((version, "encode"), []).append((middle - start) / len(states))
+            timings.setdefault((version, "decode"), []).append((end - middle) / len(states))
+    mean_bytes = {v: sum(map(len, paths[v][2])) / len(states) for v in paths}
+    print(f"{len(states):,} committed states of the bench_fold mix, {rounds} rounds interleaved:")
+    print("| stage | v2 µs/state | v3 µs/state | v3/v2 (median of paired rounds) |")
+    print("|---|---|---|---|")
+    for stage in ("encode", "decode"):
+        v2, v3 = timings[(2, stage)], timings[(3, stage)]
+        ratio = statistics.median(b / a for a, b in zip(v2, v3, strict=True))
+        print(
+            f"| {stage} | {statistics.median(v2) * 1e6:.2f} | {statistics.median(v3) * 1e6:.2f} "
+            f"| {ratio:.2f} |"
+        )
+    print(f"| body bytes (mean) | {mean_bytes[2]:.0f} | {mean_bytes[3]:.0f} | |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=200_000)
+    parser.add_argument("--codec-rounds", type=int, default=0)
     args = parser.parse_args()
+    if args.codec_rounds:
+        codec_rounds(args.codec_rounds)
+        return
     versions = sorted(v for v in POLICY[STATE].supported if v >= 2)
     state = idle_state(123_456)
     per_version = {v: field_sizes(state, v) for v in versions}
