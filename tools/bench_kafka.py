@@ -8,6 +8,7 @@ offsets; the input bytes are encoded once and produced again for each run before
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -249,6 +250,74 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(30)
 
 
+def cpu_s(pid: int, *, reaped: bool = True) -> float:
+    """CPU seconds (user + system) of a process, all its threads, and (with `reaped`) its
+    children it has waited for; 0.0 when it is gone. From /proc, no psutil."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and every descendant, living or reaped (the supervisor and its
+    engine children)."""
+    return cpu_s(pid) + sum(tree_cpu_s(child) for child in children_of(pid))
+
+
+def broker_pid(bootstrap: str) -> int | None:
+    """The pid of the tools/kafka_local.py broker serving `bootstrap`, if it is one."""
+    port = bootstrap.rsplit(":", 1)[-1]
+    for info_file in (REPO / ".kafka").glob("*/broker.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            info = json.loads(info_file.read_text())
+            if str(info["port"]) == port and Path(f"/proc/{info['pid']}").exists():
+                return int(info["pid"])
+    return None
+
+
+@dataclass
+class CpuSampler:
+    """CPU seconds (`read()`: e.g. a process tree's), sampled every `interval_s` in a thread,
+    so the CPU spent between two instants (the first and the last answer) can be read off
+    afterwards."""
+
+    read: Callable[[], float]
+    interval_s: float = 0.02
+    samples: list[tuple[float, float]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> CpuSampler:
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), self.read()))
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def at(self, when: float) -> float:
+        """CPU seconds at `when`, interpolated between the samples around it."""
+        before = [(t, c) for t, c in self.samples if t <= when]
+        after = [(t, c) for t, c in self.samples if t >= when]
+        if not before or not after:
+            return (before or after or [(0.0, 0.0)])[-1 if before else 0][1]
+        (t0, c0), (t1, c1) = before[-1], after[0]
+        return c0 if t1 == t0 else c0 + (c1 - c0) * (when - t0) / (t1 - t0)
+
+
 def rss_mb(pid: int, field_name: str = "VmRSS") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(f"{field_name}:"):
@@ -260,8 +329,8 @@ def children_of(pid: int) -> list[int]:
     """Child pids, whichever thread of `pid` started them."""
     found: list[int] = []
     tasks = Path(f"/proc/{pid}/task")
-    for task in tasks.iterdir() if tasks.exists() else []:
-        children = task / "children"
-        if children.exists():
-            found += [int(child) for child in children.read_text().split()]
+    with contextlib.suppress(OSError):  # the process or one of its threads just ended
+        for task in list(tasks.iterdir()):
+            with contextlib.suppress(OSError):
+                found += [int(child) for child in (task / "children").read_text().split()]
     return sorted(found)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
@@ -205,6 +206,10 @@ class EngineMetrics:
         self._events_tally.clear()
         self._decisions_tally.clear()
 
+    def observe_decision_latencies(self, now_ms: float, event_times_ms: Sequence[int]) -> None:
+        """The decision latency of every input a commit answered, in one histogram update."""
+        observe_many(self.decision_latency, [max(0.0, (now_ms - t) / 1000) for t in event_times_ms])
+
     def maybe_observe_sessions(self, tasks: Iterable[_HasStore]) -> None:
         """`observe_sessions` if a commit changed the stores, at most once a second."""
         now = time.monotonic()
@@ -250,6 +255,22 @@ class EngineMetrics:
         self.oldest_pending_age.set(
             0 if oldest_ms is None else max(0.0, time.time() - oldest_ms / 1000)
         )
+
+
+def observe_many(histogram: Histogram, values: Sequence[float]) -> None:
+    """`histogram.observe(v)` for each value, with one lock per bucket rather than two per
+    value (prometheus_client has no batch call; a commit answers ~1,000 inputs). Same bucket
+    rule: the first upper bound >= v. For an unlabelled histogram (or a `.labels()` child)."""
+    if not values:
+        return
+    bounds = histogram._upper_bounds
+    counts = [0] * len(bounds)
+    for value in values:
+        counts[bisect_left(bounds, value)] += 1
+    histogram._sum.inc(sum(values))
+    for bucket, count in zip(histogram._buckets, counts, strict=True):
+        if count:
+            bucket.inc(count)
 
 
 def serve_health(metrics: EngineMetrics, port: int) -> ThreadingHTTPServer:

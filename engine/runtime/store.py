@@ -135,30 +135,38 @@ class LocalStore:
     def apply(self, writes: Iterable[StoreWrite], changelog_offset: int) -> None:
         """Write states (None deletes) and the changelog offset in one atomic transaction; the
         watermark kept is the highest any write carries (it never falls)."""
+        # One executemany per kind: a statement per row cost a few us of Python each. The last
+        # write of a session wins (a restore batch can name one twice), so upserts and deletes
+        # touch distinct sessions and their order does not matter.
+        last: dict[str, StoreWrite] = {}
         watermark: int | None = None
+        for write in writes:
+            last[write.session_id] = write
+            if write.watermark_ms is not None:
+                mark = write.watermark_ms
+                watermark = mark if watermark is None else max(watermark, mark)
+        upserts = [
+            (
+                w.session_id,
+                w.state,
+                w.pending_status,
+                w.pending_since_ms,
+                w.health,
+                w.park_deadline_ms,
+            )
+            for w in last.values()
+            if w.state is not None
+        ]
+        deletes = [(w.session_id,) for w in last.values() if w.state is None]
         with self._transaction():
-            for write in writes:
-                if write.watermark_ms is not None:
-                    watermark = (
-                        write.watermark_ms
-                        if watermark is None
-                        else max(watermark, write.watermark_ms)
-                    )
-                if write.state is None:
-                    self._db.execute("DELETE FROM sessions WHERE session_id=?", (write.session_id,))
-                else:
-                    self._db.execute(
-                        "INSERT OR REPLACE INTO sessions(session_id, state, pending_status,"
-                        " pending_since_ms, health, park_deadline_ms) VALUES (?, ?, ?, ?, ?, ?)",
-                        (
-                            write.session_id,
-                            write.state,
-                            write.pending_status,
-                            write.pending_since_ms,
-                            write.health,
-                            write.park_deadline_ms,
-                        ),
-                    )
+            if deletes:
+                self._db.executemany("DELETE FROM sessions WHERE session_id=?", deletes)
+            if upserts:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO sessions(session_id, state, pending_status,"
+                    " pending_since_ms, health, park_deadline_ms) VALUES (?, ?, ?, ?, ?, ?)",
+                    upserts,
+                )
             if watermark is not None:
                 self._db.execute(
                     "INSERT INTO meta(key, value) VALUES ('watermark', ?) ON CONFLICT(key)"

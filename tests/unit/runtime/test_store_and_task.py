@@ -56,6 +56,26 @@ def test_a_failing_write_batch_changes_nothing(tmp_path: Path) -> None:
     assert (store.get("a"), store.changelog_offset()) == (b"1", 1)
 
 
+def test_the_last_write_of_a_session_in_one_batch_wins(tmp_path: Path) -> None:
+    # A restore batch can name a session twice (the changelog before compaction).
+    store = LocalStore(tmp_path / "p0.sqlite")
+    store.apply([StoreWrite("a", b"1"), StoreWrite("b", b"1")], changelog_offset=1)
+    store.apply(
+        [
+            StoreWrite("a", None),
+            StoreWrite("a", b"2", "PENDING", 7),
+            StoreWrite("b", b"2"),
+            StoreWrite("b", None),
+            StoreWrite("c", b"3", watermark_ms=9),
+            StoreWrite("c", b"4", watermark_ms=5),
+        ],
+        changelog_offset=6,
+    )
+    assert [store.get(s) for s in "abc"] == [b"2", None, b"4"]
+    assert store.pending_since("a") == 7
+    assert (store.changelog_offset(), store.watermark()) == (6, 9)
+
+
 def test_commit_persists_and_abort_forgets(tmp_path: Path) -> None:
     task = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
     task.fold(intent("e1", [OUT], [U, C]), offset=0)
