@@ -79,6 +79,9 @@ class Settings(BaseModel):
     # Confluent-compatible Schema Registry: inputs framed with its 5-byte header (magic 00 +
     # schema id) are decoded next to single-object ones. Empty: single-object only.
     schema_registry_url: str | None = None
+    # Diagnostic, off by default: a CSV line per folded input with its time at each loop step
+    # (engine/runtime/trace.py), appended at commit; `tools/bench_latency.py --trace` reads it.
+    latency_trace_path: Path | None = None
     kafka: dict[str, str] = Field(default_factory=dict)
 
     @property

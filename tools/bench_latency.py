@@ -6,6 +6,13 @@ decision read back read_committed by the bench client. Per stage, p50/p99 come f
 engine's `reconciler_stage_seconds{stage=...}` histogram (scraped from /metrics before and after
 the run, quantiles from the difference as Prometheus' histogram_quantile computes them), or
 "n/a" while the engine does not export it.
+
+`--system pipe` runs the raw EOS pipe (tools/bench_pipe.py) under the same load instead: the
+floor that consume -> produce -> commit at the same commit interval gives on this machine.
+`--trace` has the engine write a line per input at each loop step (engine/runtime/trace.py) and
+prints where the time of the slowest 1% went (tools/latency_trace.py).
+
+`python -m tools.bench_latency --bootstrap-servers B --rates 1000 --seconds 10 --trace`
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import argparse
 import re
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -20,25 +28,38 @@ import urllib.request
 import uuid
 from collections import defaultdict
 from pathlib import Path
+from subprocess import Popen
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from engine.core.events import ResumeEvent
 from engine.settings import Settings
 from engine.wire import RecordType
+from engine.wire.errors import DecodeError
 from tools.bench_fold import BINDING
 from tools.bench_kafka import (
     CODEC,
     AnswerCounter,
     encode_inputs,
+    engine_env,
     fresh_settings,
     produce_inputs,
     register_intent,
-    start_engine,
+    start,
     stop,
 )
+from tools.latency_trace import Breakdown, breakdown
 
-STAGES = ("consume_wait", "fold", "produce", "commit")
+ENGINE, PIPE, PIPE_DRAINED = "engine", "pipe", "pipe-drained"
+
+STAGES = ("consume_wait", "fold", "produce", "commit", "persist")
 _BUCKET = re.compile(r"^reconciler_stage_seconds_bucket\{(?P<labels>[^}]*)\}\s+(?P<n>\S+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -95,7 +116,26 @@ def wait_ready(port: int, timeout_s: float = 90) -> None:
     raise SystemExit(f"bench: the engine on port {port} was not ready within {timeout_s:.0f} s")
 
 
-def warm_up(settings: Settings, timeout_s: float = 120) -> None:
+def wait_leaders(settings: Settings, timeout_s: float = 60) -> None:
+    """Until every decisions partition has a leader (fresh topics: the warm-up reads from
+    their ends). The engine's readiness implies it; the pipe has no readiness probe."""
+    consumer = Consumer(settings.client_config(**{"group.id": f"lat-{uuid.uuid4().hex[:8]}"}))
+    deadline = time.monotonic() + timeout_s
+    try:
+        for p in range(settings.partitions):
+            while True:
+                try:
+                    consumer.get_watermark_offsets(TopicPartition(settings.topics.decisions, p), 5)
+                    break
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+    finally:
+        consumer.close()
+
+
+def warm_up(settings: Settings, pipe: bool, timeout_s: float = 120) -> None:
     """Until resumes on every partition get answers: ready is not yet a settled group."""
     probes = [
         ResumeEvent(
@@ -108,13 +148,18 @@ def warm_up(settings: Settings, timeout_s: float = 120) -> None:
         )
         for n in range(8 * settings.partitions)
     ]
-    counter = AnswerCounter(settings, {p.event_id for p in probes}, from_end=True).start()
+    ids = {p.event_id for p in probes}
+    counter = AnswerCounter(settings, ids, count_records=pipe, from_end=True).start()
     produce_inputs(settings, encode_inputs(probes))
     if not counter.wait(timeout_s):
         raise SystemExit(f"bench: warm-up resumes unanswered after {timeout_s:.0f} s")
 
 
-def _read_latencies(settings: Settings, stop: threading.Event, into: list[float]) -> None:
+def _read_latencies(
+    settings: Settings, pipe: bool, stop: threading.Event, into: dict[str, tuple[float, float]]
+) -> None:
+    """Session -> (read at, resume's event time), wall clock ms, for every final answer read
+    (the pipe answers with the resume's own bytes)."""
     consumer = Consumer(
         settings.client_config(
             **{
@@ -128,29 +173,96 @@ def _read_latencies(settings: Settings, stop: threading.Event, into: list[float]
     topic = settings.topics.decisions  # assign(): no group join delays the first reads
     consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.partitions)])
     while not stop.is_set():
-        for message in consumer.consume(1000, timeout=0.05):
+        # consume(n, timeout) waits until n records or the timeout: wait for the first only
+        batch = consumer.consume(1, timeout=0.05)
+        if batch:
+            batch += consumer.consume(999, timeout=0)
+        for message in batch:
             if message.error() is None:
                 now_ms = time.time() * 1000
-                decision = CODEC.decode_record(RecordType.DECISION, message.value() or b"")
+                value = message.value() or b""
+                if pipe:
+                    try:
+                        resume = CODEC.decode_record(RecordType.RESUME, value)
+                    except DecodeError:  # the pipe answers the intents too
+                        continue
+                    into[str(resume["session_id"])] = (now_ms, resume["event_time_ms"])
+                    continue
+                decision = CODEC.decode_record(RecordType.DECISION, value)
                 if str(decision["in_reply_to"]).startswith("lat-") and decision["final"]:
-                    into.append(now_ms - decision["event_time_ms"])
+                    into[str(decision["in_reply_to"])] = (now_ms, decision["event_time_ms"])
     consumer.close()
 
 
+Stages = dict[str, tuple[float | None, float | None]]
+
+
+def stamp_at_broker(settings: Settings) -> None:
+    """Input records carry the broker's append time as their timestamp (the trace's
+    `created`), so produce -> broker and broker -> engine are told apart; the event time in
+    the payload is still the producer's clock."""
+    admin = AdminClient(settings.client_config())
+    resources = [
+        ConfigResource(
+            ResourceType.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry(
+                    "message.timestamp.type",
+                    "LogAppendTime",
+                    incremental_operation=AlterConfigOpType.SET,
+                )
+            ],
+        )
+        for topic in settings.topics.inputs
+    ]
+    for future in admin.incremental_alter_configs(resources).values():
+        future.result(30)
+
+
+def _start(settings: Settings, system: str, folder: Path, trace: bool) -> Popen[bytes]:
+    log = folder / f"{system}.log"
+    if system in (PIPE, PIPE_DRAINED):
+        flags = ["--bootstrap-servers", settings.bootstrap_servers]
+        flags += ["--topic-prefix", settings.topic_prefix]
+        flags += ["--commit-ms", str(settings.commit_interval_ms)]
+        flags += ["--commit-drained"] if system == PIPE_DRAINED else []
+        return start([sys.executable, "-m", "tools.bench_pipe", *flags], log)
+    env = engine_env(settings)
+    if trace:
+        env["RECONCILER_LATENCY_TRACE_PATH"] = str(folder / "trace.csv")
+    return start([sys.executable, "-m", "engine.cli", "run"], log, env)
+
+
 def run_latency(
-    bootstrap: str, partitions: int, commit_ms: int, rate: int, seconds: int
-) -> tuple[list[float], dict[str, tuple[float | None, float | None]]]:
-    """End-to-end samples (ms), and per stage (p50, p99) in ms."""
+    bootstrap: str,
+    partitions: int,
+    commit_ms: int,
+    rate: int,
+    seconds: int,
+    system: str = ENGINE,
+    trace: bool = False,
+) -> tuple[list[float], Stages, Breakdown | None]:
+    """End-to-end samples (ms), per stage (p50, p99) in ms, and with `trace` where the time
+    of the slowest 1% went."""
     port = free_port()
     settings = fresh_settings(bootstrap, partitions, commit_ms, metrics_port=port)
-    log = Path(tempfile.mkdtemp(prefix="bench-log-")) / "engine.log"
-    engine = start_engine(settings, log)
-    latencies: list[float] = []
+    folder = Path(tempfile.mkdtemp(prefix="bench-log-"))
+    if trace:
+        stamp_at_broker(settings)
+    proc = _start(settings, system, folder, trace)
+    answers: dict[str, tuple[float, float]] = {}
     stopping = threading.Event()
-    reader = threading.Thread(target=_read_latencies, args=(settings, stopping, latencies))
+    pipe = system in (PIPE, PIPE_DRAINED)
+    reader = threading.Thread(target=_read_latencies, args=(settings, pipe, stopping, answers))
+    before: Buckets = {}
+    after: Buckets = {}
     try:
-        wait_ready(port)
-        warm_up(settings)
+        if pipe:
+            wait_leaders(settings)
+        else:
+            wait_ready(port)
+        warm_up(settings, pipe)
         reader.start()
         producer = Producer(
             settings.client_config(**{"partitioner": "murmur2_random", "linger.ms": 1})
@@ -182,7 +294,9 @@ def run_latency(
         stopping.set()
         if reader.is_alive():
             reader.join()
-        stop(engine)
+        stop(proc)
+    latencies = [read_at - event_time for read_at, event_time in answers.values()]
+    found = breakdown(folder / "trace.csv", answers) if trace else None
     stages = {
         stage: (
             _ms(quantile(0.5, before.get(stage, {}), after[stage])),
@@ -191,7 +305,7 @@ def run_latency(
         for stage in STAGES
         if stage in after
     }
-    return latencies, stages
+    return latencies, stages, found
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -203,9 +317,11 @@ def _show(value: float | None) -> str:
 
 
 def report(args: argparse.Namespace) -> None:
+    system, trace = getattr(args, "system", ENGINE), getattr(args, "trace", False)
+    what = "1 process" if system == ENGINE else f"the raw EOS pipe ({system})"
     print(
         f"latency: resume -> final decision, end to end (bench client) and per engine stage, "
-        f"1 process, {args.partitions} partitions, commit every {args.commit_ms} ms, "
+        f"{what}, {args.partitions} partitions, commit every {args.commit_ms} ms, "
         f"{args.seconds} s per rate"
     )
     print(
@@ -214,10 +330,19 @@ def report(args: argparse.Namespace) -> None:
         + " |"
     )
     print("|---" * (3 + len(STAGES)) + "|")
+    found: list[tuple[int, Breakdown]] = []
     for rate in (int(r) for r in args.rates.split(",")):
-        samples, stages = run_latency(
-            args.bootstrap_servers, args.partitions, args.commit_ms, rate, args.seconds
+        samples, stages, where = run_latency(
+            args.bootstrap_servers,
+            args.partitions,
+            args.commit_ms,
+            rate,
+            args.seconds,
+            system,
+            trace,
         )
+        if where is not None:
+            found.append((rate, where))
         samples.sort()
         p50 = samples[len(samples) // 2] if samples else None
         p99 = samples[int(len(samples) * 0.99)] if samples else None
@@ -231,3 +356,22 @@ def report(args: argparse.Namespace) -> None:
             flush=True,
         )
     print()
+    for rate, where in found:
+        print(f"where the time went at {rate} + {rate}/s (tools/latency_trace.py):")
+        print(where.table())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--bootstrap-servers", required=True)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--commit-ms", type=int, default=100)
+    parser.add_argument("--rates", default="200,1000", help="resumes/s")
+    parser.add_argument("--seconds", type=int, default=15, help="per rate")
+    parser.add_argument("--system", choices=[ENGINE, PIPE, PIPE_DRAINED], default=ENGINE)
+    parser.add_argument("--trace", action="store_true", help="per-input breakdown (engine)")
+    report(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

@@ -35,6 +35,9 @@ def main() -> None:
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--topic-prefix", required=True)
     parser.add_argument("--commit-ms", type=int, default=100)
+    parser.add_argument(
+        "--commit-drained", action="store_true", help="also commit once a poll found no more"
+    )
     args = parser.parse_args()
     settings = load_settings(
         environ={}, bootstrap_servers=args.bootstrap_servers, topic_prefix=args.topic_prefix
@@ -66,13 +69,19 @@ def main() -> None:
     producer.begin_transaction()
     pending, last_commit = 0, time.monotonic()
     while not stopping.is_set():
-        for message in consumer.consume(1000, timeout=0.05):
+        # As the engine polls: consume(n, timeout) would wait for n records or the timeout.
+        messages = consumer.consume(1000, timeout=0)
+        if not messages:
+            messages = consumer.consume(1, timeout=0.05)
+        drained = len(messages) < 1000
+        for message in messages:
             if message.error() is not None:
                 continue
             _produce(producer, topics.decisions, message, message.value() or b"")
             _produce(producer, topics.changelog, message, b"state")
             pending += 1
-        if pending and time.monotonic() - last_commit >= args.commit_ms / 1000:
+        due = time.monotonic() - last_commit >= args.commit_ms / 1000
+        if pending and (due or (args.commit_drained and drained)):
             producer.send_offsets_to_transaction(
                 consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
             )

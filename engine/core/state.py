@@ -32,6 +32,7 @@ from engine.core.errors import StateRecordError
 from engine.core.events import (
     AckEvent,
     Binding,
+    Digest,
     IntentEvent,
     ItemFacts,
     Reason,
@@ -83,7 +84,7 @@ class IntentSlot(_Frozen, frozen=True, kw_only=True):
     sequence: int
     held: bool
     status: SlotStatus
-    before: list[str] | None = None
+    before: list[Digest] | None = None  # always an intent's (validated) before digests
     items: list[ItemFacts] = field(default_factory=list)
     persisted_count: int | None = None  # null: the registration could not see it
     committed_by_store: bool = False

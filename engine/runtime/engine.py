@@ -34,6 +34,7 @@ from engine.runtime.state_codec import StateFormatError
 from engine.runtime.store import LocalStore
 from engine.runtime.supervisor import Backoff
 from engine.runtime.task import InputFailedError, PartitionTask, pending_header
+from engine.runtime.trace import LatencyTrace
 from engine.runtime.transaction import (
     CALL_TIMEOUT_S,
     STEP_DEADLINE_S,
@@ -129,7 +130,10 @@ class Engine:
         self.ingest = Ingest(self.codec, self.topics, settings.partitions)
         self.owned = Assignment(self.topics.inputs)
         self.order: InputOrder[Consumed] = InputOrder(
-            self.topics.inputs, settings.order_wait_ms / 1000, settings.order_max_buffered
+            self.topics.inputs,
+            settings.order_wait_ms / 1000,
+            settings.order_max_buffered,
+            self._caught_up,
         )
         self._stopping = False
         self._rejoin_requested = False
@@ -142,6 +146,8 @@ class Engine:
         self.rejoins = 0  # rejoins in this process (the log's counter)
         self.trimmer = Trimmer(settings.memory_trim_interval_s)
         self._committed_since_rejoin = False
+        path = settings.latency_trace_path
+        self.trace = LatencyTrace(path) if path is not None else None
 
     @property
     def tasks(self) -> dict[int, PartitionTask]:
@@ -264,11 +270,16 @@ class Engine:
         stage = self.metrics.stage_seconds
         more = False  # the last batch stopped at its bound: buffered records are ready now
         interval_s = self.settings.commit_interval_ms / 1000
+        trace = self.trace
         while not self._stopping:
             started = time.monotonic()
+            if trace is not None:
+                trace.poll_ms = trace.now()
             with self.watchdog.guard("poll", self.budget_s, self.tasks):
                 messages, drained = self._consume(consumer, 0.0 if more else wait_s)
             consumed = time.monotonic()
+            if trace is not None:
+                trace.consumed_ms = trace.now()
             stage.labels(stage="consume_wait").observe(consumed - started)
             if self._rejoin_requested:  # set by a callback that ran inside consume()
                 self._rejoin_requested = False
@@ -280,6 +291,8 @@ class Engine:
                     for message in messages:
                         self._take(message)
                     batch = self.order.ready(consumed, drained, CONSUME_BATCH)
+                    if trace is not None:
+                        trace.released_ms = trace.now()
                     more = len(batch) >= CONSUME_BATCH
                     for n, record in enumerate(batch):
                         if txn.open and time.monotonic() - txn.started >= interval_s:
@@ -347,8 +360,22 @@ class Engine:
         if not self.owned.fresh(topic, partition, offset):
             return  # a leftover of an incomplete task or a record folded already
         outcome = self.ingest.accept(message)
+        if self.trace is not None:
+            self.trace.arrived((topic, partition, offset), float(message.timestamp()[1]))
         at = FIRST if isinstance(outcome, Rejected) else outcome.event_time_ms
         self.order.push(Buffered(topic, partition, offset, at, (message, outcome)))
+
+    def _caught_up(self, topic: str, partition: int, after: int) -> bool:
+        """Everything before the end offset librdkafka last heard of is buffered: no need to
+        wait for this input (a cached answer, no broker round trip; unknown: wait)."""
+        consumer = self._consumer
+        if consumer is None:
+            return False
+        try:
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+        except KafkaException:
+            return False
+        return high >= 0 and after >= high
 
     def _apply_flow(self, consumer: ConsumerLike) -> None:
         flow = self.order.flow()
@@ -397,6 +424,8 @@ class Engine:
                 headers=[("source", source)],
             )
         self._txn_event_times.append(event.event_time_ms)
+        if self.trace is not None:
+            self.trace.folded((topic, partition, offset), event.session_id)
         self._answer_overdue(txn, task)
 
     def _answer_overdue(self, txn: Transaction, task: PartitionTask) -> None:
@@ -443,6 +472,8 @@ class Engine:
             return
         committing = tasks if tasks is not None else list(self.tasks.values())
         started = time.monotonic()
+        if self.trace is not None:
+            self.trace.commit_ms = self.trace.now()
         try:
             with self.watchdog.guard(f"{Step.CHANGELOG} produce", self.budget_s, self.tasks):
                 for task in committing:  # step 3
@@ -474,10 +505,13 @@ class Engine:
         self.metrics.commit_seconds.observe(done - started)
         self.metrics.observe_decision_latencies(now_ms, self._txn_event_times)
         self._txn_event_times.clear()
+        if self.trace is not None:
+            self.trace.committed(now_ms - (done - txn.flushed_at) * 1000)
         self._committed_since_rejoin = True
         with self.watchdog.guard(Step.PERSIST_LOCALLY, self.budget_s, self.tasks):
             for task in committing:  # step 6
                 task.persist()
+        stage.labels(stage="persist").observe(time.monotonic() - done)
         self.metrics.sessions_stale = True
 
     def _abort(self, txn: Transaction, why: str) -> None:
@@ -486,6 +520,8 @@ class Engine:
         self.metrics.aborts.labels(kind="abortable").inc()
         txn.abort()
         self._txn_event_times.clear()
+        if self.trace is not None:
+            self.trace.aborted()
         self.owned.discard_uncommitted()
         assert self._consumer is not None
         held = self.order.drop(list(self.tasks))  # read again from the committed offsets
@@ -610,6 +646,8 @@ class Engine:
         if self._txn is not None and self._txn.open:
             self._txn.status = TxnStatus.FAILED  # dropped with its clients, never flushed
         self._txn_event_times.clear()
+        if self.trace is not None:
+            self.trace.aborted()
         self.metrics.set_ready(False)
 
 

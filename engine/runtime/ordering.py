@@ -5,8 +5,13 @@ thousand resumes before the intents they name, which sit unread in the other top
 such resume is parked (a deferred answer, then a final one). Here the consumed records of a
 task wait in one FIFO per input topic, and the task folds the head with the smallest event
 time, but only once every other input of the task has a record buffered too, or is known to
-be at its end (librdkafka's partition EOF), or the task has waited `wait_s` for it. The last
-rule keeps a topic that is slow to fetch from stalling the others for more than a moment.
+be at its end (librdkafka's partition EOF, or everything up to the end offset the consumer
+last heard of is buffered: Kafka Streams waits the same way, only while the lag is unknown or
+above zero), or the task has waited `wait_s` for it. The last rule keeps a topic that is slow
+to fetch from stalling the others for more than a moment.
+
+Across tasks the oldest releasable head goes first too: on a backlog, with a bound on the batch,
+a fixed order of partitions would keep the last ones waiting while the first ones keep filling.
 
 Flow control is where the input that is ahead gets paused: its records are the ones left
 waiting, so its FIFO fills; at `max_buffered` records its partition is paused (librdkafka
@@ -18,14 +23,18 @@ A record that failed to decode has no event time: it goes first (to dead letters
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 Key = tuple[str, int]
 T = TypeVar("T")
 FIRST = -1  # the event time of a record with none (a dead letter): before any other
+CaughtUp = Callable[[str, int, int], bool]
+"""(topic, partition, the offset after the last record buffered): is that the end offset the
+consumer knows of? False when unknown (the engine asks librdkafka's cached watermark)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +55,15 @@ class Flow:
 
 
 class InputOrder(Generic[T]):
-    def __init__(self, inputs: Iterable[str], wait_s: float, max_buffered: int) -> None:
+    def __init__(
+        self,
+        inputs: Iterable[str],
+        wait_s: float,
+        max_buffered: int,
+        caught_up: CaughtUp | None = None,
+    ) -> None:
         self.inputs = tuple(inputs)
+        self.caught_up = caught_up
         self.wait_s = wait_s
         self.max_buffered = max_buffered
         self._queues: dict[Key, deque[Buffered[T]]] = {}
@@ -80,36 +96,59 @@ class InputOrder(Generic[T]):
         `drained`: the last consume emptied librdkafka's queue, so what is missing is not
         fetched yet; only then does the wait run out (on a backlog it is usually next)."""
         out: list[Buffered[T]] = []
-        for partition in sorted({p for (_, p), q in self._queues.items() if q}):
-            self._release(partition, now, drained, out, limit)
+        known: dict[Key, bool] = {}  # caught_up answers: nothing is fetched during this call
+        heads: list[tuple[int, int, Buffered[T], bool]] = []
+        for partition in {p for (_, p), q in self._queues.items() if q}:
+            self._offer(heads, partition, now, drained, known)
+        heapq.heapify(heads)
+        while heads and (limit is None or len(out) < limit):
+            _, partition, head, waited = heapq.heappop(heads)
+            self.waited += waited
+            out.append(self._queues[(head.topic, partition)].popleft())
+            self._offer(heads, partition, now, drained, known, push=True)
         return out
 
-    def _release(
+    def _offer(
         self,
+        heads: list[tuple[int, int, Buffered[T], bool]],
         partition: int,
         now: float,
         drained: bool,
-        out: list[Buffered[T]],
-        limit: int | None,
+        known: dict[Key, bool],
+        push: bool = False,
     ) -> None:
+        """Adds the task's next record to release to `heads`, unless it must wait."""
         keys = [(t, partition) for t in self.inputs]
         queues = [self._queues.get(k) for k in keys]
-        while limit is None or len(out) < limit:
-            heads = [q[0] for q in queues if q]
-            if not heads:
-                self._blocked_since.pop(partition, None)
+        present = [q[0] for q in queues if q]
+        if not present:
+            self._blocked_since.pop(partition, None)
+            return
+        missing = [k for k, q in zip(keys, queues, strict=True) if not q]
+        waited = any(not self._ended(k, known) for k in missing)
+        if waited:
+            since = self._blocked_since.setdefault(partition, now)
+            if not drained or now - since < self.wait_s:
                 return
-            missing = [k for k, q in zip(keys, queues, strict=True) if not q]
-            if any(k not in self._at_end for k in missing):
-                since = self._blocked_since.setdefault(partition, now)
-                if not drained or now - since < self.wait_s:
-                    return
-                self.waited += 1
-            else:
-                self._blocked_since.pop(partition, None)
-            first = min(heads, key=lambda b: b.event_time_ms)  # ties: input topic order
-            queue = self._queues[(first.topic, first.partition)]
-            out.append(queue.popleft())
+        else:
+            self._blocked_since.pop(partition, None)
+        first = min(present, key=lambda b: b.event_time_ms)  # ties: input topic order
+        entry = (first.event_time_ms, partition, first, waited)
+        if push:
+            heapq.heappush(heads, entry)
+        else:
+            heads.append(entry)
+
+    def _ended(self, key: Key, known: dict[Key, bool]) -> bool:
+        """Nothing unread is known to be in this input partition."""
+        if key in self._at_end:
+            return True
+        after = self._next.get(key)
+        if self.caught_up is None or after is None:
+            return False
+        if key not in known:
+            known[key] = self.caught_up(key[0], key[1], after)
+        return known[key]
 
     def put_back(self, records: list[Buffered[T]]) -> None:
         """Records `ready` released but the caller did not fold: first again, in order."""

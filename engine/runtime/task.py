@@ -73,10 +73,11 @@ class InputFailedError(Exception):
         self.cause = cause
 
 
-DECODED_BYTES_PER_ENCODED = 6
-"""A decoded state takes about 5.2 times its Avro bytes in memory (tracemalloc over 3,000
-workload sessions: 403 B encoded, 2.1 KB decoded as msgspec structs; 14.5 as pydantic models);
-the read cache weighs entries by this (tests/unit/runtime/test_memory_bounds.py holds it)."""
+DECODED_BYTES_PER_ENCODED = 8
+"""A decoded state takes about 7.3 times its Avro bytes in memory (tracemalloc over the 500
+workload sessions of tests/unit/runtime/test_memory_bounds.py, which holds it; 5.2 before
+session_state v3 stored digests raw, since values keep them as hex text); the read cache
+weighs entries by this."""
 READ_CACHE_BYTES = 32 * 2**20
 
 

@@ -14,100 +14,84 @@ problem exactly as before. The tests hold both paths to the same bytes and the s
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
 
+from engine.wire import avro_prims
 from engine.wire.limits import WireLimits
 
 Writer = Callable[[Any], bytes]
 Reader = Callable[[bytes], Any]
 
 
-class _DeclineError(Exception):
-    """Raised inside a generated reader: let the reference decoder look at these bytes."""
-
-
 class UnsupportedSchemaError(Exception):
     """The schema or value type uses something the generator does not handle."""
 
 
-def _zigzag(n: int) -> bytes:
-    if not -(1 << 63) <= n < (1 << 63):
-        raise OverflowError(f"{n} does not fit an Avro long")
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-_SMALL = tuple(_zigzag(n) for n in range(-64, 64))
-
-
-def _long(n: int) -> bytes:
-    if -64 <= n < 64:
-        return _SMALL[n + 64]
-    return _zigzag(n)
-
-
-def _int(n: int) -> bytes:
-    if not -(1 << 31) <= n < (1 << 31):
-        raise OverflowError(f"{n} does not fit an Avro int")
-    return _long(n)
-
-
-def _read_long(b: bytes, p: int) -> tuple[int, int]:
-    c = b[p]
-    if c < 0x80:
-        return (c >> 1) ^ -(c & 1), p + 1
-    p += 1
-    n = c & 0x7F
-    shift = 7
-    while c & 0x80:
-        if shift > 63:
-            raise _DeclineError
-        c = b[p]
-        p += 1
-        n |= (c & 0x7F) << shift
-        shift += 7
-    if n >> 64:
-        raise _DeclineError  # wider than a long: let the reference decoder say what it is
-    return (n >> 1) ^ -(n & 1), p
-
-
-_COMMON: dict[str, Any] = {
-    "_long": _long,
-    "_SMALL": _SMALL,
-    "_int": _int,
-    "_rl": _read_long,
-    "_DeclineError": _DeclineError,
-    "_BOOL": (False, True),
-    "_ONE": tuple(byte >> 1 if byte < 0x80 and not byte & 1 else -1 for byte in range(256)),
+# The primitives, under the names the generated text uses (a module written at build time
+# imports them under the same names).
+_PRIMS = {
+    "_hexraw": "hex_to_raw",
+    "_long": "write_long",
+    "_SMALL": "SMALL",
+    "_int": "write_int",
+    "_rl": "read_long",
+    "_DeclineError": "DeclineError",
+    "_BOOL": "BOOL",
+    "_ONE": "ONE",
 }
+_COMMON: dict[str, Any] = {name: getattr(avro_prims, real) for name, real in _PRIMS.items()}
+_long = avro_prims.write_long
+BUILT_MODULE = "engine.wire.avro_built"
+_RAW_DIGEST_LENGTH = b"\x40"  # 32 as an Avro long
 
 
 class _Gen:
     """Source text for one top-level schema: one function, nested records written out inline
     (the shipped schemas are not recursive)."""
 
-    def __init__(self, limits: WireLimits | None) -> None:
+    def __init__(self, limits: WireLimits | None, prefix: str, schema: Mapping[str, Any]) -> None:
         self.limits = limits
+        # In a schema marked "digest_bytes": "sha256", Avro bytes under a str field hold a hex
+        # digest's 32 raw bytes (session_state v3, `engine.wire.raw_digests`).
+        self.raw_digests = schema.get("digest_bytes") == "sha256"
+        self.prefix = prefix  # of every name defined, so several schemas share one module
         self.lines: list[str] = []
         self.namespace: dict[str, Any] = dict(_COMMON)
+        # Module-level definitions the text needs, as source: name -> (type, expression).
+        self.consts: dict[str, tuple[str, str]] = {}
+        self.classes: dict[str, type] = {}  # name in the text -> class (imported by a module)
         self.records: dict[str, str] = {}  # Avro full name of the top record -> function name
         self.named: dict[str, Any] = {}  # Avro full name -> definition
         self.counter = 0
+        self.declared: set[str] = set()  # temporaries annotated already
 
-    def const(self, prefix: str, value: Any) -> str:
+    def const(self, prefix: str, value: Any, type_text: str, source: str) -> str:
         self.counter += 1
-        name = f"_{prefix}{self.counter}"
+        name = f"_{self.prefix}{prefix}{self.counter}"
+        self.namespace[name] = value
+        self.consts[name] = (type_text, source)
+        return name
+
+    def cls(self, value: type) -> str:
+        """The name the text uses for ``value`` (a value class or an enum)."""
+        name = value.__name__
+        if self.classes.setdefault(name, value) is not value:
+            raise UnsupportedSchemaError(f"two classes named {name}")
         self.namespace[name] = value
         return name
+
+    def member(self, value: Any) -> str:
+        return "None" if value is None else f"{self.cls(type(value))}.{value.name}"
+
+    def text(self) -> str:
+        """The generated functions, as source (the constants they use are in `consts`)."""
+        return "\n".join(self.lines)
 
     def temp(self) -> str:
         self.counter += 1
@@ -119,6 +103,13 @@ class _Gen:
         if isinstance(avro, dict) and avro.get("type") in ("record", "enum"):
             self.named.setdefault(avro["name"], avro)
         return avro
+
+    def raw_digest(self, avro: Any, info: Any) -> bool:
+        if not self.raw_digests or _kind(avro) != "bytes":
+            return False
+        if not isinstance(info, msgspec.inspect.StrType):
+            raise UnsupportedSchemaError(f"raw digest bytes for a value of {info!r}")
+        return True
 
     def record_fields(self, avro: Mapping[str, Any], info: Any) -> list[tuple[str, Any, Any]]:
         if not isinstance(info, msgspec.inspect.StructType):
@@ -136,18 +127,21 @@ class _WriterGen(_Gen):
         self.named.setdefault(name, avro)
         if name in self.records:
             return self.records[name]
-        fn = self.records[name] = f"_w{len(self.records)}"
+        fn = self.records[name] = f"_{self.prefix}w{len(self.records)}"
         body: list[str] = []
         for field, field_avro, field_info in self.record_fields(avro, info):
             self.write(field_avro, field_info, f"v.{field}", body, "    ")
-        self.lines += [f"def {fn}(v, o):", *(body or ["    pass"]), ""]
+        cls = self.cls(info.cls)
+        self.lines += [f"def {fn}(v: {cls}, o: bytearray) -> None:", *(body or ["    pass"]), ""]
         return fn
 
     def write(self, avro: Any, info: Any, expr: str, out: list[str], ind: str) -> None:
         _not_too_deep(ind)
         avro = self.resolve(avro)
         kind = _kind(avro)
-        if kind == "string":
+        if self.raw_digest(avro, info):
+            out.append(f"{ind}o += {_RAW_DIGEST_LENGTH!r} + _hexraw({expr})")
+        elif kind == "string":
             t = self.temp()
             out.append(f"{ind}{t} = {expr}.encode()")
             _write_length(t, out, ind)
@@ -164,7 +158,8 @@ class _WriterGen(_Gen):
         elif kind == "boolean":
             out.append(f"{ind}o += b'\\x01' if {expr} else b'\\x00'")
         elif kind == "enum":
-            table = self.const("E", {s: _long(i) for i, s in enumerate(avro["symbols"])})
+            symbols = {s: _long(i) for i, s in enumerate(avro["symbols"])}
+            table = self.const("E", symbols, "dict[str, bytes]", repr(symbols))
             out.append(f"{ind}o += {table}[{expr}]")
         elif kind == "array":
             t, x = self.temp(), self.temp()
@@ -195,16 +190,17 @@ class _ReaderGen(_Gen):
         self.named.setdefault(name, avro)
         if name in self.records:
             return self.records[name]
-        fn = self.records[name] = f"_r{len(self.records)}"
+        fn = self.records[name] = f"_{self.prefix}r{len(self.records)}"
         body: list[str] = []
         args = []
         for field, field_avro, field_info in self.record_fields(avro, info):
             target = self.temp()
             self.read(field_avro, field_info, target, field, body, "    ")
             args.append(f"{field}={target}")
-        cls = self.const("C", info.cls)
+        cls = self.cls(info.cls)
         body.append(f"    return {cls}({', '.join(args)}), p")
-        self.lines += [f"def {fn}(b, p):", "    lb = len(b)", *body, ""]
+        signature = f"def {fn}(b: bytes, p: int) -> tuple[{cls}, int]:"
+        self.lines += [signature, "    lb = len(b)", *body, ""]
         return fn
 
     def read(self, avro: Any, info: Any, target: str, field: str, out: list[str], ind: str) -> None:
@@ -212,7 +208,10 @@ class _ReaderGen(_Gen):
         avro = self.resolve(avro)
         kind = _kind(avro)
         assert self.limits is not None
-        if kind in ("string", "bytes"):
+        if self.raw_digest(avro, info):  # anything but length 32 is the reference's to refuse
+            out.append(f"{ind}if b[p] != 0x40 or p + 33 > lb: raise _DeclineError")
+            out += [f"{ind}{target} = b[p + 1:p + 33].hex()", f"{ind}p += 33"]
+        elif kind in ("string", "bytes"):
             n, end = self.temp(), self.temp()
             _inline_long(n, out, ind)
             out.append(f"{ind}{end} = p + {n}")
@@ -227,7 +226,12 @@ class _ReaderGen(_Gen):
                 )
                 pattern = getattr(info, "pattern", None)
                 if pattern is not None:
-                    check = self.const("P", re.compile(pattern).match)
+                    check = self.const(
+                        "P",
+                        re.compile(pattern).match,
+                        "Callable[[str], object]",
+                        f"re.compile({pattern!r}).match",
+                    )
                     out.append(f"{ind}if {check}({target}) is None: raise _DeclineError")
             out.append(f"{ind}p = {end}")
         elif kind in ("long", "int"):
@@ -243,13 +247,15 @@ class _ReaderGen(_Gen):
                 # UNRECOGNIZED stays None (declined), and so does a symbol over the string limit.
                 if len(symbol) <= self.limits.max_string_length:
                     by_byte[index << 1] = known.get(symbol)
-            table = self.const("E", tuple(by_byte))
+            source = f"({', '.join(self.member(m) for m in by_byte)},)"
+            table = self.const("E", tuple(by_byte), "tuple[Any, ...]", source)
             out += [f"{ind}{target} = {table}[b[p]]", f"{ind}p += 1"]
             out.append(f"{ind}if {target} is None: raise _DeclineError")
         elif kind == "array":
             n, x = self.temp(), self.temp()
             bound = self._list_bound(field)
-            out += [f"{ind}{target} = []", f"{ind}while True:"]
+            declare = "" if target in self.declared else ": list[Any]"
+            out += [f"{ind}{target}{declare} = []", f"{ind}while True:"]
             _inline_long(n, out, ind + "    ")
             out += [f"{ind}    if {n} == 0: break", f"{ind}    if {n} < 0: raise _DeclineError"]
             # Every item takes at least one byte: a count beyond the bytes left is forged.
@@ -266,10 +272,13 @@ class _ReaderGen(_Gen):
                 value = self.temp()
                 self.read(field_avro, field_info, value, name, out, ind)
                 args.append(f"{name}={value}")
-            out.append(f"{ind}{target} = {self.const('C', info.cls)}({', '.join(args)})")
+            out.append(f"{ind}{target} = {self.cls(info.cls)}({', '.join(args)})")
         elif isinstance(avro, list) and len(avro) == 2 and "null" in avro:
             other = 1 - avro.index("null")
             branch = self.temp()
+            if target not in self.declared:
+                self.declared.add(target)
+                out.append(f"{ind}{target}: Any")
             out += [f"{ind}{branch} = b[p]", f"{ind}p += 1"]
             out += [f"{ind}if {branch} == {(1 - other) << 1}:", f"{ind}    {target} = None"]
             out.append(f"{ind}elif {branch} == {other << 1}:")
@@ -329,36 +338,129 @@ def _non_null(info: Any) -> Any:
     return branches[0]
 
 
-def _compile(gen: _Gen, entry: str, source_name: str) -> Any:
-    source = "\n".join(gen.lines)
+def _key(gen: _Gen) -> str:
+    """What the generated text and its constants are, as a hash: a function built from the
+    same text is the same function."""
+    consts = "\n".join(f"{n}: {t} = {src}" for n, (t, src) in sorted(gen.consts.items()))
+    return hashlib.sha256(f"{gen.text()}\n{consts}".encode()).hexdigest()
+
+
+def _compile(gen: _Gen, entry: str, source_name: str, *, built: bool) -> Any:
+    if built:
+        # The same text compiled by `make` (tools/build_compiled.py) when it is current.
+        found = _built_functions().get(_key(gen))
+        if found is not None:
+            return found
+    source = f"from __future__ import annotations\n{gen.text()}"
     exec(compile(source, f"<{source_name}>", "exec"), gen.namespace)  # our own generated text
     return gen.namespace[entry]
 
 
-def writer_for(parsed_schema: Mapping[str, Any], value_type: type[msgspec.Struct]) -> Writer:
-    """A function value -> Avro body bytes, the same bytes fastavro writes for the value's
-    record. Raises `UnsupportedSchemaError` when the schema uses a type it does not handle."""
-    gen = _WriterGen(None)
-    top = gen.function(parsed_schema, msgspec.inspect.type_info(value_type))
-    gen.lines += ["def write(v):", "    o = bytearray()", f"    {top}(v, o)", "    return bytes(o)"]
-    write: Writer = _compile(gen, "write", f"writer {parsed_schema['name']}")
-    return write
+def _built_functions() -> dict[str, Any]:
+    try:
+        module = importlib.import_module(BUILT_MODULE)
+    except ImportError:
+        return {}
+    functions: dict[str, Any] = module.BUILT
+    return functions
 
 
-def reader_for(
-    parsed_schema: Mapping[str, Any], value_type: type[msgspec.Struct], limits: WireLimits
-) -> Reader:
-    """A function body bytes -> value, or None when the reference decoder must look (anything
-    it does not accept as it stands). Raises `UnsupportedSchemaError` like `writer_for`."""
-    gen = _ReaderGen(limits)
+def _prefix(parsed_schema: Mapping[str, Any]) -> str:
+    return re.sub(r"\W", "_", str(parsed_schema["name"]).rsplit(".", 1)[-1]).lower() + "_"
+
+
+def _writer_gen(parsed_schema: Mapping[str, Any], value_type: type[msgspec.Struct]) -> _Gen:
+    gen = _WriterGen(None, _prefix(parsed_schema), parsed_schema)
     top = gen.function(parsed_schema, msgspec.inspect.type_info(value_type))
     gen.lines += [
-        "def read(b):",
+        f"def _{gen.prefix}write(v: {gen.cls(value_type)}) -> bytes:",
+        "    o = bytearray()",
+        f"    {top}(v, o)",
+        "    return bytes(o)",
+        "",
+    ]
+    return gen
+
+
+def _reader_gen(
+    parsed_schema: Mapping[str, Any], value_type: type[msgspec.Struct], limits: WireLimits
+) -> _Gen:
+    gen = _ReaderGen(limits, _prefix(parsed_schema), parsed_schema)
+    top = gen.function(parsed_schema, msgspec.inspect.type_info(value_type))
+    gen.lines += [
+        f"def _{gen.prefix}read(b: bytes) -> {gen.cls(value_type)} | None:",
         "    try:",
         f"        v, p = {top}(b, 0)",
         "    except Exception:",  # bad bytes raise many types here; all mean: decline
         "        return None",
         "    return v if p == len(b) else None",
+        "",
     ]
-    read: Reader = _compile(gen, "read", f"reader {parsed_schema['name']}")
+    return gen
+
+
+def writer_for(
+    parsed_schema: Mapping[str, Any], value_type: type[msgspec.Struct], *, built: bool = True
+) -> Writer:
+    """A function value -> Avro body bytes, the same bytes fastavro writes for the value's
+    record. Raises `UnsupportedSchemaError` when the schema uses a type it does not handle.
+    ``built=False``: always the text compiled here, never the build's copy of it."""
+    gen = _writer_gen(parsed_schema, value_type)
+    name = f"writer {parsed_schema['name']}"
+    write: Writer = _compile(gen, f"_{gen.prefix}write", name, built=built)
+    return write
+
+
+def reader_for(
+    parsed_schema: Mapping[str, Any],
+    value_type: type[msgspec.Struct],
+    limits: WireLimits,
+    *,
+    built: bool = True,
+) -> Reader:
+    """A function body bytes -> value, or None when the reference decoder must look (anything
+    it does not accept as it stands). Raises `UnsupportedSchemaError` like `writer_for`."""
+    gen = _reader_gen(parsed_schema, value_type, limits)
+    name = f"reader {parsed_schema['name']}"
+    read: Reader = _compile(gen, f"_{gen.prefix}read", name, built=built)
     return read
+
+
+def module_source(
+    schemas: Iterable[tuple[Mapping[str, Any], type[msgspec.Struct]]], limits: WireLimits
+) -> str:
+    """The text of `BUILT_MODULE`: the reader and writer of every schema given (those the
+    generator handles), with their constants and imports, and ``BUILT``: key -> function."""
+    gens: list[tuple[_Gen, str]] = []
+    for parsed_schema, value_type in schemas:
+        try:
+            writer = _writer_gen(parsed_schema, value_type)
+            reader = _reader_gen(parsed_schema, value_type, limits)
+        except UnsupportedSchemaError:
+            continue
+        gens += [(writer, f"_{writer.prefix}write"), (reader, f"_{reader.prefix}read")]
+    classes: dict[str, type] = {}
+    for gen, _ in gens:
+        classes.update(gen.classes)
+    out = [
+        f'"""Generated by tools/build_compiled.py from {__name__}: do not edit (git-ignored)."""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "import re",
+        "from collections.abc import Callable",
+        "from typing import Any, Final",
+        "",
+        *(f"from engine.wire.avro_prims import {real} as {name}" for name, real in _PRIMS.items()),
+        *(f"from {c.__module__} import {c.__name__}" for c in classes.values()),
+        "",
+    ]
+    for gen, _ in gens:
+        out += [f"{n}: Final[{t}] = {src}" for n, (t, src) in gen.consts.items()]
+    out.append("")
+    for gen, _ in gens:
+        out += [gen.text(), ""]
+    out.append("BUILT: Final[dict[str, Callable[..., Any]]] = {")
+    out += [f"    {_key(gen)!r}: {entry}," for gen, entry in gens]
+    out += ["}", ""]
+    return "\n".join(out)

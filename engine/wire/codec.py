@@ -25,6 +25,7 @@ from engine.wire.errors import DecodeError, DecodeReason, EncodeError, SourcePos
 from engine.wire.framing import Framing, SingleObjectFraming
 from engine.wire.limits import DEFAULT_LIMITS, WireLimits
 from engine.wire.policy import NAMESPACE, RecordType
+from engine.wire.raw_digests import convert, has_raw_digests, hex_to_raw, raw_to_hex
 from engine.wire.schema_store import SHIPPED_SCHEMAS, SchemaStore, ShippedSchema
 from engine.wire.validation import semantic_violation, size_violation
 from engine.wire.values import from_record, to_record
@@ -80,6 +81,7 @@ class Codec:
         self._writers: dict[RecordType, Writer | None] = {}
         self._readers: dict[RecordType, Reader | None] = {}
         self._fast_writers: dict[type, tuple[bytes, Writer]] = {}
+        self._raw_digests: dict[tuple[RecordType, int], bool] = {}
 
     def encode(self, model: WireModel, *, version: int | None = None) -> bytes:
         """The framed Avro bytes of ``model``, written with the current schema.
@@ -111,7 +113,10 @@ class Codec:
     def encode_record(self, schema: ShippedSchema, record: Mapping[str, Any]) -> bytes:
         """Frame and write a plain record dict with ``schema`` (no model involved)."""
         body = io.BytesIO()
-        record = dict(record)
+        try:
+            record = dict(self._to_wire(schema, record))
+        except ValueError as exc:
+            raise EncodeError(f"cannot write {schema.file_name}: {exc}") from exc
         for field, branch in self._unions_of(schema):
             value = record.get(field)
             if isinstance(value, dict):
@@ -123,6 +128,26 @@ class Codec:
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             raise EncodeError(f"cannot write {schema.file_name}: {exc}") from exc
         return self.framing.header_for(schema) + body.getvalue()
+
+    def _holds_raw_digests(self, schema: ShippedSchema) -> bool:
+        key = (schema.record_type, schema.version)
+        found = self._raw_digests.get(key)
+        if found is None:
+            found = self._raw_digests[key] = has_raw_digests(schema.source)
+        return found
+
+    def _to_wire(self, schema: ShippedSchema, record: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Hex digests as the raw bytes a schema with the fixed Sha256 type stores."""
+        if not self._holds_raw_digests(schema):
+            return record
+        converted: Mapping[str, Any] = convert(schema.source, record, hex_to_raw)
+        return converted
+
+    def _from_wire(self, schema: ShippedSchema, record: Any) -> Any:
+        """The record as values expect it: raw digests back to hex."""
+        if not self._holds_raw_digests(schema):
+            return record
+        return convert(schema.source, record, raw_to_hex)
 
     def _unions_of(self, schema: ShippedSchema) -> tuple[tuple[str, str], ...]:
         """The top-level fields of ``schema`` typed ``["null", record]``, with the record's
@@ -232,7 +257,8 @@ class Codec:
     def decode_record(self, record_type: RecordType, data: bytes) -> dict[str, Any]:
         """The Avro record dict (resolved to the current schema), before model validation."""
         writer, body = self._split(record_type, data)
-        record: dict[str, Any] = self._read_body(writer, self.store.current(record_type), body)
+        reader = self.store.reader_of(writer)
+        record: dict[str, Any] = self._from_wire(reader, self._read_body(writer, reader, body))
         return record
 
     def _writer(self, record_type: RecordType, schema: ShippedSchema) -> Writer | None:
@@ -262,7 +288,7 @@ class Codec:
         read = self._reader(record_type, current) if writer is current else None
         model: WireModel | None = None if read is None else read(bytes(body))
         if model is None:
-            model = self._decode_reference(record_type, writer, current, body)
+            model = self._decode_reference(record_type, writer, body)
         problem = semantic_violation(model)
         if problem is not None:
             raise DecodeError(DecodeReason.INVALID_FIELDS, problem)
@@ -272,11 +298,11 @@ class Codec:
         self,
         record_type: RecordType,
         writer: ShippedSchema,
-        current: ShippedSchema,
         body: memoryview,
     ) -> WireModel:
         """fastavro, then size limits, then msgspec validation: the path that names problems."""
-        record = self._read_body(writer, current, body)
+        reader = self.store.reader_of(writer)
+        record = self._from_wire(reader, self._read_body(writer, reader, body))
         too_big = size_violation(record, self.limits)
         if too_big is not None:
             raise DecodeError(DecodeReason.LIMIT_EXCEEDED, too_big)

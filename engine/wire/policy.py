@@ -7,7 +7,13 @@ Rules (read before bumping):
   resolution matches named types by full name and every bump would otherwise need aliases.
 * A new version must be readable by resolution from every supported older version: new fields
   get defaults, enums only grow and keep their ``default`` symbol, nothing is renamed without
-  an alias.
+  an alias. The one exception is a *break*, listed in ``breaks``: a version that Avro
+  resolution would read wrongly from the one before (session_state v3 writes digests as 32 raw
+  bytes where v2 wrote 64 hex characters, and resolution promotes the text to its 64 bytes).
+  A record written before a break is read with the newest schema of its own line
+  (`RecordPolicy.reader_version`), and the codec turns both lines into the same value; the
+  fixtures of every version hold it to that. Only the engine's own records may break: a
+  runner must be able to read what the engine writes.
 * Bumping means: add the file, add the version with a one-line summary to its record's
   ``supported`` mapping in `POLICY` below and make it ``current``, then run
   ``.venv/bin/python -m tools.gen_wire_fixtures`` to write its fixtures (the corpus test fails
@@ -45,6 +51,17 @@ class RecordPolicy:
     record_name: str
     current: int
     supported: Mapping[int, str]
+    breaks: frozenset[int] = frozenset()
+
+    def reader_version(self, writer: int) -> int:
+        """The schema a record written with ``writer`` is read with: the newest supported
+        version that Avro resolution reaches from it (no break in between)."""
+        reader = writer
+        for version in sorted(v for v in self.supported if v > writer):
+            if version in self.breaks:
+                break
+            reader = version
+        return reader
 
     @property
     def full_name(self) -> str:
@@ -52,10 +69,12 @@ class RecordPolicy:
         return f"{NAMESPACE}.{self.record_name}"
 
 
-def _policy(record_name: str, current: int, supported: dict[int, str]) -> RecordPolicy:
-    if current not in supported:
-        raise AssertionError(f"{record_name}: current version {current} is not supported")
-    return RecordPolicy(record_name, current, MappingProxyType(dict(supported)))
+def _policy(
+    record_name: str, current: int, supported: dict[int, str], breaks: frozenset[int] = frozenset()
+) -> RecordPolicy:
+    if current not in supported or not breaks <= set(supported):
+        raise AssertionError(f"{record_name}: current version or a break is not supported")
+    return RecordPolicy(record_name, current, MappingProxyType(dict(supported)), breaks)
 
 
 POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
@@ -100,11 +119,13 @@ POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
         ),
         RecordType.SESSION_STATE: _policy(
             "SessionState",
-            2,
+            3,
             {
                 1: "per-session fold state for the compacted changelog",
                 2: "parked_intents, new reasons, digest stability, nullable persisted_count",
+                3: "item digests as 32 raw bytes (fixed Sha256), a third less per idle session",
             },
+            breaks=frozenset({3}),
         ),
     }
 )

@@ -107,6 +107,12 @@ class SchemaStore:
         """The reader schema: every record is resolved to this version when decoded."""
         return self.by_version[(record_type, self.policy[record_type].current)]
 
+    def reader_of(self, writer: ShippedSchema) -> ShippedSchema:
+        """The schema a record written with ``writer`` resolves to: the current one, or for a
+        writer older than a break in the policy, the newest schema of the writer's own line."""
+        policy = self.policy[writer.record_type]
+        return self.by_version[(writer.record_type, policy.reader_version(writer.version))]
+
     def get(self, record_type: RecordType, version: int) -> ShippedSchema:
         """One supported version of a record type; `SchemaPolicyError` naming the supported ones."""
         try:

@@ -169,9 +169,58 @@ def test_a_batch_is_bounded_and_the_rest_stays_in_order() -> None:
         for p in (0, 1):
             order.at_end(topic, p)
     first = order.ready(0.0, drained=False, limit=4)
-    assert [(r.partition, r.offset) for r in first] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    assert [(r.partition, r.offset) for r in first] == [(0, 0), (1, 0), (0, 1), (1, 1)]
     rest = order.ready(0.0, drained=False)
-    assert [(r.partition, r.offset) for r in rest] == [(0, 4), (0, 5)] + [(1, n) for n in range(6)]
+    assert [(r.partition, r.offset) for r in rest] == [(p, n) for n in range(2, 6) for p in (0, 1)]
+
+
+def test_the_oldest_record_of_any_partition_goes_first_into_a_bounded_batch() -> None:
+    # A fixed partition order would fill every bounded batch from partition 0 while partition
+    # 1's older records wait (on a backlog, batch after batch).
+    order = _order(max_buffered=100)
+    for n in range(4):
+        _push(order, "intents", n, 100 + n)
+    _push(order, "intents", 0, 5, partition=1)
+    for topic in ("acks", "resumes"):
+        for p in (0, 1):
+            order.at_end(topic, p)
+    first = order.ready(0.0, drained=False, limit=2)
+    assert [(r.partition, r.offset) for r in first] == [(1, 0), (0, 0)]
+
+
+def test_an_input_read_up_to_its_known_end_is_not_waited_for() -> None:
+    ends = {("intents", 0): 3}
+    asked: list[tuple[str, int, int]] = []
+
+    def caught_up(topic: str, partition: int, after: int) -> bool:
+        asked.append((topic, partition, after))
+        return after >= ends.get((topic, partition), 1 << 62)
+
+    order: InputOrder[str] = InputOrder(INPUTS, 1.0, 100, caught_up)
+    order.at_end("acks", 0)
+    for n in range(3):
+        _push(order, "intents", n, n)
+    _push(order, "resumes", 0, 50)
+    # intents 0-2 (all up to the known end) are folded; the resume does not wait for a fourth
+    assert _items(order.ready(0.0, drained=False)) == [
+        "intents@0",
+        "intents@1",
+        "intents@2",
+        "resumes@50",
+    ]
+    assert asked == [("intents", 0, 3)], "asked once per call, only for the empty input"
+    ends[("intents", 0)] = 5  # the consumer heard of two more intents: wait for them
+    _push(order, "resumes", 1, 60)
+    assert order.ready(0.0, drained=False) == []
+    assert order.waited == 0
+
+
+def test_an_input_never_read_is_waited_for_when_its_end_is_unknown() -> None:
+    order: InputOrder[str] = InputOrder(INPUTS, 1.0, 100, lambda t, p, after: True)
+    order.at_end("acks", 0)
+    _push(order, "resumes", 0, 50)
+    # nothing buffered from intents yet: its position is unknown here, so no claim of an end
+    assert order.ready(0.0, drained=False) == []
 
 
 def test_records_put_back_come_first_again_in_order() -> None:

@@ -1,0 +1,64 @@
+"""Per-input timestamps through the loop, for finding where a slow decision's time goes.
+
+Off by default (`latency_trace_path`); a diagnostic for `tools/bench_latency.py`, which joins
+these lines with the time its own read_committed consumer saw each decision. The per-stage
+histograms say which batch was slow; this says, for one slow input, whether it waited for
+the loop (a long previous batch), in the order buffer, behind the rest of its batch, or in
+produce and commit.
+
+One CSV line per folded input, written when its transaction commits (an aborted one writes
+nothing), all times wall clock in ms (the bench compares them with the producer's):
+session, topic, created (the record's timestamp), poll (the consume call that returned it
+began), consumed, released (its batch began to fold), folded (its own fold ended),
+commit (steps 3-5 began), flushed, committed.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TextIO
+
+Key = tuple[str, int, int]  # topic, partition, offset
+HEADER = "session,topic,created,poll,consumed,released,folded,commit,flushed,committed\n"
+
+
+class LatencyTrace:
+    def __init__(self, path: Path) -> None:
+        self._out: TextIO = path.open("a", encoding="utf-8")
+        if self._out.tell() == 0:
+            self._out.write(HEADER)
+        self._arrived: dict[Key, tuple[float, float, float]] = {}
+        self._folded: list[str] = []
+        self.poll_ms = 0.0
+        self.consumed_ms = 0.0
+        self.released_ms = 0.0
+        self.commit_ms = 0.0
+
+    @staticmethod
+    def now() -> float:
+        return time.time() * 1000
+
+    def arrived(self, key: Key, created_ms: float) -> None:
+        self._arrived[key] = (created_ms, self.poll_ms, self.consumed_ms)
+
+    def folded(self, key: Key, session: str) -> None:
+        created, poll, consumed = self._arrived.pop(key, (0.0, 0.0, 0.0))
+        self._folded.append(
+            f"{session},{key[0]},{created:.1f},{poll:.1f},{consumed:.1f},"
+            f"{self.released_ms:.1f},{self.now():.1f}"
+        )
+
+    def committed(self, flushed_ms: float) -> None:
+        """The open transaction committed now; `flushed_ms`: when its flush returned."""
+        tail = f",{self.commit_ms:.1f},{flushed_ms:.1f},{self.now():.1f}\n"
+        self._out.writelines(line + tail for line in self._folded)
+        self._out.flush()
+        self._folded.clear()
+
+    def aborted(self) -> None:
+        self._folded.clear()
+        self._arrived.clear()
+
+    def close(self) -> None:
+        self._out.close()

@@ -1,0 +1,80 @@
+"""The Avro primitives the generated readers and writers call (`engine.wire.avro_gen`).
+
+Typed for mypyc: `make setup` compiles this module together with the generated code, so the
+calls between them are native.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+
+class DeclineError(Exception):
+    """Raised inside a generated reader: let the reference decoder look at these bytes."""
+
+
+def zigzag(n: int) -> bytes:
+    """The Avro (zigzag varint) bytes of the long ``n``; `OverflowError` beyond 64 bits."""
+    if not -(1 << 63) <= n < (1 << 63):
+        raise OverflowError(f"{n} does not fit an Avro long")
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+SMALL: Final[tuple[bytes, ...]] = tuple(zigzag(n) for n in range(-64, 64))
+"""The one-byte encodings of -64..63, indexed by n + 64."""
+
+ONE: Final[tuple[int, ...]] = tuple(
+    byte >> 1 if byte < 0x80 and not byte & 1 else -1 for byte in range(256)
+)
+"""The value of a one-byte long from 0 to 63 by its byte; -1 for anything else."""
+
+BOOL: Final[tuple[bool, bool]] = (False, True)
+
+
+def write_long(n: int) -> bytes:
+    """Like `zigzag`, from a table for the common one-byte values."""
+    if -64 <= n < 64:
+        return SMALL[n + 64]
+    return zigzag(n)
+
+
+def write_int(n: int) -> bytes:
+    """An Avro int: a long that must fit 32 bits."""
+    if not -(1 << 31) <= n < (1 << 31):
+        raise OverflowError(f"{n} does not fit an Avro int")
+    return write_long(n)
+
+
+def read_long(b: bytes, p: int) -> tuple[int, int]:
+    """The long at ``b[p:]`` and the position after it; `DeclineError` past 64 bits."""
+    c = b[p]
+    if c < 0x80:
+        return (c >> 1) ^ -(c & 1), p + 1
+    p += 1
+    n = c & 0x7F
+    shift = 7
+    while c & 0x80:
+        if shift > 63:
+            raise DeclineError
+        c = b[p]
+        p += 1
+        n |= (c & 0x7F) << shift
+        shift += 7
+    if n >> 64:
+        raise DeclineError  # wider than a long: let the reference decoder say what it is
+    return (n >> 1) ^ -(n & 1), p
+
+
+def hex_to_raw(text: str) -> bytes:
+    """The 32 raw bytes of a lowercase hex SHA-256 digest (session_state v3 stores item digests
+    raw, `engine.wire.raw_digests`); refuses upper case and spaces, which `bytes.fromhex` takes."""
+    raw = bytes.fromhex(text)
+    if len(raw) != 32 or raw.hex() != text:
+        raise ValueError("expected 64 lowercase hex characters")
+    return raw

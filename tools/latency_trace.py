@@ -1,0 +1,103 @@
+"""Where a resume's time went: the engine's trace (engine/runtime/trace.py) joined with the
+time the bench client read each decision.
+
+Segments of one resume, wall clock ms, summing to its end-to-end latency:
+- to_broker: from its produce (event time) to the broker's append (the bench sets the input
+  topics to LogAppendTime): the bench producer's queue, the network, the broker;
+- to_poll: from the append to the start of the consume call that returned it (being fetched,
+  or fetched and waiting in librdkafka's queue while the loop was busy with an earlier batch);
+- in_poll: inside that consume call (waiting for it to be fetched);
+- order: in the event-time order buffer (ordering.py) until its batch began to fold;
+- batch: from the batch's start to the end of its own fold (the records folded before it);
+- to_commit: from its fold to the start of the commit (the rest of its batch, later batches);
+- produce: steps 3-4, changelog produce and flush;
+- commit: send offsets and commit the transaction;
+- read: from the commit to the bench's read_committed consumer reading the decision.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+SEGMENTS = (
+    "to_broker",
+    "to_poll",
+    "in_poll",
+    "order",
+    "batch",
+    "to_commit",
+    "produce",
+    "commit",
+    "read",
+)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Per segment, the median over all traced resumes and over the slowest 1%."""
+
+    traced: int
+    slowest: int
+    everyone: dict[str, float]
+    slow: dict[str, float]
+    slow_total: float
+
+    def table(self) -> str:
+        head = "| resumes | " + " | ".join(SEGMENTS) + " | end to end |"
+        rule = "|---" * (len(SEGMENTS) + 2) + "|"
+        every = sum(self.everyone.values())
+        rows = [
+            f"| all {self.traced:,}, median ms | "
+            + " | ".join(f"{self.everyone[s]:.1f}" for s in SEGMENTS)
+            + f" | {every:.1f} |",
+            f"| slowest {self.slowest:,}, median ms | "
+            + " | ".join(f"{self.slow[s]:.1f}" for s in SEGMENTS)
+            + f" | {self.slow_total:.1f} |",
+        ]
+        return "\n".join([head, rule, *rows])
+
+
+def segments(row: dict[str, str], read_at: float, event_time: float) -> dict[str, float]:
+    t = {k: float(v) for k, v in row.items() if k not in ("session", "topic")}
+    polled = max(t["poll"], t["created"])
+    return {
+        "to_broker": t["created"] - event_time,
+        "to_poll": polled - t["created"],
+        "in_poll": t["consumed"] - polled,
+        "order": t["released"] - t["consumed"],
+        "batch": t["folded"] - t["released"],
+        "to_commit": t["commit"] - t["folded"],
+        "produce": t["flushed"] - t["commit"],
+        "commit": t["committed"] - t["flushed"],
+        "read": read_at - t["committed"],
+    }
+
+
+def breakdown(path: Path, answers: dict[str, tuple[float, float]]) -> Breakdown | None:
+    """`answers`: session -> (read at, event time) from the bench client."""
+    if not path.exists():
+        return None
+    rows: list[dict[str, float]] = []
+    with path.open(encoding="utf-8") as lines:
+        for row in csv.DictReader(lines):
+            answer = answers.get(row["session"])
+            if answer is not None and row["topic"].endswith("resumes"):
+                rows.append(segments(row, *answer))
+    if not rows:
+        return None
+    rows.sort(key=lambda r: sum(r.values()))
+    slow = rows[-max(1, len(rows) // 100) :]
+
+    def medians(of: list[dict[str, float]]) -> dict[str, float]:
+        return {s: statistics.median(r[s] for r in of) for s in SEGMENTS}
+
+    return Breakdown(
+        traced=len(rows),
+        slowest=len(slow),
+        everyone=medians(rows),
+        slow=medians(slow),
+        slow_total=statistics.median(sum(r.values()) for r in slow),
+    )
