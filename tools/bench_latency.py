@@ -186,7 +186,8 @@ def _read_latencies(
                         resume = CODEC.decode_record(RecordType.RESUME, value)
                     except DecodeError:  # the pipe answers the intents too
                         continue
-                    into[str(resume["session_id"])] = (now_ms, resume["event_time_ms"])
+                    if str(resume["session_id"]).startswith("lat-"):  # not a warm-up probe
+                        into[str(resume["session_id"])] = (now_ms, resume["event_time_ms"])
                     continue
                 decision = CODEC.decode_record(RecordType.DECISION, value)
                 if str(decision["in_reply_to"]).startswith("lat-") and decision["final"]:

@@ -73,6 +73,8 @@ def main() -> None:
         messages = consumer.consume(1000, timeout=0)
         if not messages:
             messages = consumer.consume(1, timeout=0.05)
+            if messages:
+                messages += consumer.consume(999, timeout=0)
         drained = len(messages) < 1000
         for message in messages:
             if message.error() is not None:
@@ -82,6 +84,7 @@ def main() -> None:
             pending += 1
         due = time.monotonic() - last_commit >= args.commit_ms / 1000
         if pending and (due or (args.commit_drained and drained)):
+            producer.flush(30)  # as the engine does before it sends the offsets
             producer.send_offsets_to_transaction(
                 consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
             )

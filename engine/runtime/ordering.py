@@ -64,6 +64,7 @@ class InputOrder(Generic[T]):
     ) -> None:
         self.inputs = tuple(inputs)
         self.caught_up = caught_up
+        self._keys_of: dict[int, tuple[Key, ...]] = {}
         self.wait_s = wait_s
         self.max_buffered = max_buffered
         self._queues: dict[Key, deque[Buffered[T]]] = {}
@@ -118,26 +119,36 @@ class InputOrder(Generic[T]):
         push: bool = False,
     ) -> None:
         """Adds the task's next record to release to `heads`, unless it must wait."""
-        keys = [(t, partition) for t in self.inputs]
-        queues = [self._queues.get(k) for k in keys]
-        present = [q[0] for q in queues if q]
-        if not present:
+        first: Buffered[T] | None = None
+        empty: list[Key] = []
+        for key in self._keys(partition):
+            queue = self._queues.get(key)
+            if not queue:
+                empty.append(key)
+            elif first is None or queue[0].event_time_ms < first.event_time_ms:
+                first = queue[0]  # ties: input topic order
+        if first is None:
             self._blocked_since.pop(partition, None)
             return
-        missing = [k for k, q in zip(keys, queues, strict=True) if not q]
-        waited = any(not self._ended(k, known) for k in missing)
+        # an input with nothing buffered may still hold an earlier record
+        waited = any(not self._ended(key, known) for key in empty)
         if waited:
             since = self._blocked_since.setdefault(partition, now)
             if not drained or now - since < self.wait_s:
                 return
         else:
             self._blocked_since.pop(partition, None)
-        first = min(present, key=lambda b: b.event_time_ms)  # ties: input topic order
         entry = (first.event_time_ms, partition, first, waited)
         if push:
             heapq.heappush(heads, entry)
         else:
             heads.append(entry)
+
+    def _keys(self, partition: int) -> tuple[Key, ...]:
+        keys = self._keys_of.get(partition)
+        if keys is None:
+            keys = self._keys_of[partition] = tuple((t, partition) for t in self.inputs)
+        return keys
 
     def _ended(self, key: Key, known: dict[Key, bool]) -> bool:
         """Nothing unread is known to be in this input partition."""
