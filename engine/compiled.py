@@ -35,7 +35,9 @@ MANIFEST = Path(__file__).resolve().parent / "compiled_manifest.json"
 PURE_ENV = "RECONCILER_PURE"
 
 # Hot modules: the fold (engine/core minus the msgspec struct modules, whose metaclass mypyc
-# cannot compile) and the Avro primitives with the readers and writers generated at build time.
+# cannot compile), the decode checks, and the Avro primitives with the readers and writers
+# generated at build time. Not the Codec class: compiled, it would check argument types at
+# the call (a str where bytes belong raises TypeError instead of the codec's DecodeError).
 COMPILED: tuple[str, ...] = (
     "engine.core.acks",
     "engine.core.answers",
@@ -51,6 +53,7 @@ COMPILED: tuple[str, ...] = (
     "engine.core.repairs",
     "engine.core.resumes",
     "engine.core.watermark",
+    "engine.wire.validation",  # the range and shape rules every decoded input passes
     "engine.wire.avro_prims",
     "engine.wire.avro_built",  # written by the build (engine.wire.avro_gen.module_source)
 )

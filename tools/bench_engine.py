@@ -45,6 +45,10 @@ from tools.bench_kafka import (
 
 PIPE, ONE, TWO, QUIX = "raw EOS pipe", "reconciler run", "reconciler run --processes 2", "Quix"
 SYSTEMS = (PIPE, ONE, TWO, QUIX)
+THROUGHPUT_FETCH_WAIT_MS = 100
+"""The bench client's idle fetch wait in the throughput runs: it adds at most this much to a
+run of seconds (a fetch returns when answers arrive), where 10 ms of idle polling cost the
+broker a quarter of a core that the system under test needs."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,10 @@ def run_system(system: str, args: argparse.Namespace, inputs: Sequence[Input]) -
         str(args.commit_ms),
     ]
     counter = AnswerCounter(
-        settings, {i.event_id for i in inputs}, count_records=system == PIPE
+        settings,
+        {i.event_id for i in inputs},
+        count_records=system == PIPE,
+        fetch_wait_ms=THROUGHPUT_FETCH_WAIT_MS,
     ).start()
     broker = broker_pid(settings.bootstrap_servers)
     broker_cpu = CpuSampler((lambda: cpu_s(broker)) if broker else _no_cpu).start()

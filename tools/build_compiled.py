@@ -99,7 +99,7 @@ def main() -> None:
     missing = check_toolchain()
     if missing is not None:
         sys.exit(
-            f"build_compiled: cannot compile the hot path: no {missing}.\n"
+            f"build_compiled: cannot compile the hot path: missing {missing}.\n"
             "Install it and run `make setup` again, or run the engine uncompiled on purpose "
             "(about twice the CPU per event): `make setup PURE=1`."
         )

@@ -142,7 +142,7 @@ def ack_answer(
         reason,
         alert=alert,
         action=ACTION_REPAIR if alert else None,
-        trail=make_trail((TrailStep.EVIDENCE, f"{event.source.value} ack {event.outcome.value}")),
+        trail=make_trail((TrailStep.EVIDENCE, f"{event.source} ack {event.outcome}")),
         suffix=suffix,
     )
 

@@ -41,7 +41,7 @@ def withhold(
 ) -> tuple[SessionState, Decision]:
     trail = make_trail(
         (TrailStep.OBSERVED, observed or f"resume {event.checkpoint_id} by {event.runner_id}"),
-        (TrailStep.CLASSIFICATION, classification.value),
+        (TrailStep.CLASSIFICATION, str(classification)),
         (TrailStep.AUTHORITY, f"withheld; holder={state.holder} fence={state.fence_token}"),
         (TrailStep.WHY, why),
     )
@@ -89,9 +89,9 @@ def grant(
             f"resume {event.checkpoint_id} by {event.runner_id}, tail {len(event.observed_tail)}",
         ),
         (TrailStep.EVIDENCE, evidence(state.slot)),
-        (TrailStep.CLASSIFICATION, classification.value),
+        (TrailStep.CLASSIFICATION, str(classification)),
         (TrailStep.AUTHORITY, f"granted to {event.runner_id} with fence {fence}"),
-        (TrailStep.WHY, reason.value),
+        (TrailStep.WHY, str(reason)),
     )
     return state, decide(
         state, event, verdict, reason, trail=trail, classification=classification, suffix=suffix

@@ -142,4 +142,4 @@ def evidence(slot: IntentSlot | None) -> str:
         )
         if on
     ]
-    return f"intent {slot.intent_id} {slot.status.value} [{', '.join(flags)}]"
+    return f"intent {slot.intent_id} {slot.status} [{', '.join(flags)}]"

@@ -108,7 +108,7 @@ def reconcile(
             state, event, position, Verdict.CONTINUE, Reason.HELD_RIDES, Classification.NONE, suffix
         )
     if slot.status in (SlotStatus.DISCARDED, SlotStatus.ABANDONED):
-        why = f"intent {slot.intent_id} was {slot.status.value.lower()}"
+        why = f"intent {slot.intent_id} was {slot.status.lower()}"
         return withhold(state, event, Reason.ABANDONED, why, suffix, action=ACTION_NEWER)
     if slot.status is SlotStatus.COMMITTED:
         if (slot.committed_by_store or slot.committed_by_runner) and not _tail_ends_with_batch(

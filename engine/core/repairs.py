@@ -60,7 +60,7 @@ def fold_repair(state: SessionState, event: RepairEvent) -> tuple[SessionState, 
         granted_checkpoint_id=None,
     )
     trail = make_trail(
-        (TrailStep.REPAIR, f"{event.resolution.value} by {event.actor}: {event.reason}"),
-        (TrailStep.OBSERVED, f"was {state.health.value} ({state.health_reason}); {evidence(slot)}"),
+        (TrailStep.REPAIR, f"{event.resolution} by {event.actor}: {event.reason}"),
+        (TrailStep.OBSERVED, f"was {state.health} ({state.health_reason}); {evidence(slot)}"),
     )
     return repaired, decide(repaired, event, Verdict.RECORDED, Reason.REPAIRED, trail=trail)

@@ -137,7 +137,7 @@ def evaluate_resume(
         reason = (
             Reason.SESSION_VIOLATED if state.health is Health.VIOLATED else Reason.SESSION_AMBIGUOUS
         )
-        why = f"session is {state.health.value} ({state.health_reason}); only a repair clears it"
+        why = f"session is {state.health} ({state.health_reason}); only a repair clears it"
         return withhold(state, event, reason, why, suffix)
     if state.granted_checkpoint_id == event.checkpoint_id:
         if state.lease_active(at) and state.holder != event.runner_id:

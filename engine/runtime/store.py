@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -35,9 +35,10 @@ NO_OFFSET = -1
 DEFAULT_CACHE_KIB = 2_048  # SQLite's own default page cache
 
 
-@dataclass(frozen=True, slots=True)
-class StoreWrite:
-    """One session's new state (None deletes it) and its unresolved pending write, if any."""
+class StoreWrite(NamedTuple):
+    """One session's new state (None deletes it) and its unresolved pending write, if any.
+    A NamedTuple: immutable like a frozen dataclass, built several times faster (one per
+    changed session per commit, and per record on restore)."""
 
     session_id: str
     state: bytes | None
@@ -145,18 +146,7 @@ class LocalStore:
             if write.watermark_ms is not None:
                 mark = write.watermark_ms
                 watermark = mark if watermark is None else max(watermark, mark)
-        upserts = [
-            (
-                w.session_id,
-                w.state,
-                w.pending_status,
-                w.pending_since_ms,
-                w.health,
-                w.park_deadline_ms,
-            )
-            for w in last.values()
-            if w.state is not None
-        ]
+        upserts = [w[:6] for w in last.values() if w.state is not None]  # the row's columns
         deletes = [(w.session_id,) for w in last.values() if w.state is None]
         with self._transaction():
             if deletes:

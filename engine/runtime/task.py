@@ -100,6 +100,7 @@ class PartitionTask:
     folded: int = 0  # events folded in the open transaction
     _encoded: list[StoreWrite] = field(default_factory=list)
     _state_bytes: dict[str, bytes] = field(default_factory=dict)  # encoded at fold (isolation)
+    _deadlines: dict[str, int | None] = field(default_factory=dict)  # park_deadline of cache
     # Highest intent event time folded on the partition (engine.core.watermark), and a lower
     # bound of the park deadlines of its sessions, so most folds skip the index query.
     watermark: int = NO_WATERMARK
@@ -182,6 +183,7 @@ class PartitionTask:
         return before, result.decisions, payloads
 
     def _track_deadline(self, session_id: str, deadline: int | None) -> None:
+        self._deadlines[session_id] = deadline  # for step 3, which would compute it again
         if deadline is None:
             return
         heapq.heappush(self._cache_deadlines, (deadline, session_id))
@@ -252,6 +254,7 @@ class PartitionTask:
 
     def changelog_records(self) -> list[StoreWrite]:
         """Step 3: one record per changed session (kept for step 6, encoded once)."""
+        watermark = None if self.watermark == NO_WATERMARK else self.watermark
         self._encoded = [
             StoreWrite(
                 sid,
@@ -259,8 +262,8 @@ class PartitionTask:
                 state.slot.status.value if self.since.get(sid) is not None and state.slot else None,
                 self.since.get(sid),
                 None if state.health is Health.CLEAR else state.health.value,
-                park_deadline(state),
-                None if self.watermark == NO_WATERMARK else self.watermark,
+                self._deadlines[sid],
+                watermark,
             )
             for sid, state in self.cache.items()
         ]
@@ -279,6 +282,7 @@ class PartitionTask:
         """Abort: forget everything not committed; the store still holds the committed state."""
         self._encoded = []
         self._state_bytes.clear()
+        self._deadlines.clear()
         self.cache.clear()
         self.since.clear()
         self.changelog_high = -1

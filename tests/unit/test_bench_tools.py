@@ -1,11 +1,15 @@
-"""The bench's own arithmetic: stage quantiles from two /metrics scrapes, the table's spread."""
+"""The bench's own arithmetic: stage quantiles from two /metrics scrapes, the table's spread,
+CPU between two instants, the ceiling, the profile's breakdown."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
-from tools.bench_engine import _int, _spread
+from tools.bench_engine import Run, _int, _spread
+from tools.bench_kafka import CpuSampler
 from tools.bench_latency import quantile
+from tools.profile_engine import breakdown
 
 
 def test_quantile_interpolates_within_the_bucket_of_the_increase_only() -> None:
@@ -26,3 +30,31 @@ def test_spread_is_the_median_and_range() -> None:
     assert _spread([3000.0, 1000.0, 2000.0], _int) == "2,000 (1,000-3,000)"
     assert _spread([5.0], _int) == "5"
     assert _spread([], _int) == "n/a"
+
+
+def test_cpu_sampler_interpolates_between_samples_and_holds_at_the_ends() -> None:
+    sampler = CpuSampler(lambda: 0.0)
+    sampler.samples = [(10.0, 1.0), (12.0, 2.0), (14.0, 6.0)]
+    assert sampler.at(11.0) == 1.5
+    assert sampler.at(13.5) == 5.0
+    assert (sampler.at(9.0), sampler.at(20.0)) == (1.0, 6.0)
+
+
+def test_ceiling_is_the_cores_over_all_cpu_per_input() -> None:
+    run = Run(1.0, 1.0, cpu_us=100.0, broker_us=60.0, client_us=40.0, decisions_per_input=1.0)
+    assert run.ceiling(2) == 10_000.0
+
+
+def test_profile_breakdown_counts_samples_under_the_loop_by_callee(tmp_path: Path) -> None:
+    raw = tmp_path / "raw.txt"
+    loop = "main (engine/cli.py:3);Engine._loop (engine/runtime/engine.py:281)"
+    raw.write_text(
+        f"{loop};Engine._handle (engine/runtime/engine.py:373);fold (engine/core/fold.py:9) 6\n"
+        f"{loop};Engine._handle (engine/runtime/engine.py:380) 2\n"
+        f"{loop};Engine._commit (engine/runtime/engine.py:450) 3\n"
+        f"{loop} 1\n"
+        "Thread.run (threading.py:975);Event.wait (threading.py:629) 50\n"
+    )
+    total, shares = breakdown(raw)
+    assert total == 12
+    assert shares == {"Engine._handle (engine.py)": 8, "Engine._commit (engine.py)": 3, "<self>": 1}

@@ -47,8 +47,9 @@ def test_a_build_that_exists_is_what_runs() -> None:
     # After `make setup` every compiled module must load as its extension (a stale or half
     # build would fall back to the sources and hide a slowdown); PURE=1 builds nothing.
     built = compiled.MANIFEST.exists() and not os.environ.get(compiled.PURE_ENV)
+    rebuild = "sources changed since the compiled build: run `make setup` to rebuild"
+    assert compiled.stale_modules() == [], rebuild
     assert compiled.mode() == ("compiled" if built else "pure")
-    assert compiled.stale_modules() == []
 
 
 def test_the_reference_is_the_sources() -> None:
