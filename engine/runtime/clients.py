@@ -89,7 +89,7 @@ def producer_config(settings: Settings) -> dict[str, Any]:
             "enable.idempotence": True,
             "acks": "all",
             "partitioner": "murmur2_random",
-            "linger.ms": 5,
+            "linger.ms": s.producer_linger_ms,
             "message.max.bytes": DEAD_LETTER_MAX_BYTES,
             # librdkafka's default is 1 GB; a transaction's records wait here until flushed.
             "queue.buffering.max.kbytes": s.producer_queue_mb * 1024,

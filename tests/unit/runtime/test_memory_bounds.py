@@ -38,6 +38,12 @@ def test_the_defaults_are_far_below_librdkafkas() -> None:
     assert producer_config(settings)["queue.buffering.max.kbytes"] == 32 * 1024  # not 1 GB
 
 
+def test_the_producer_lingers_as_configured() -> None:
+    assert producer_config(load_settings(environ={}))["linger.ms"] == 50
+    settings = load_settings(environ={"RECONCILER_PRODUCER_LINGER_MS": "5"})
+    assert producer_config(settings)["linger.ms"] == 5
+
+
 def test_the_sqlite_page_cache_is_bounded(tmp_path: Path) -> None:
     store = LocalStore(tmp_path / "p0.sqlite", cache_kib=512)
     assert store._db.execute("PRAGMA cache_size").fetchone()[0] == -512
