@@ -39,6 +39,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     ResourceType,
 )
+from msgspec.structs import replace
 
 from engine.core.events import ResumeEvent
 from engine.settings import Settings
@@ -283,16 +284,20 @@ def run_latency(
         interval, next_at = 1.0 / rate, time.monotonic()
         for n in range(rate * seconds):
             sid = f"lat-{n}"
+            now_ms = int(time.time() * 1000)
             resume = ResumeEvent(
                 event_id=sid,
                 session_id=sid,
-                event_time_ms=int(time.time() * 1000),
+                event_time_ms=now_ms,
                 runner_id="r",
                 checkpoint_id="c",
                 binding=BINDING,
             )
             producer.produce(settings.topics.resumes, key=sid.encode(), value=CODEC.encode(resume))
-            load = register_intent(n)  # an intent on another session, as background load
+            # An intent on another session, as background load, stamped now as a runner would:
+            # with the mix's own times (1970) the order buffer ranks every intent before every
+            # resume, and on a backlog resumes wait until the intents run out (seconds).
+            load = replace(register_intent(n), event_time_ms=now_ms)
             producer.produce(
                 settings.topics.intents, key=load.session_id.encode(), value=CODEC.encode(load)
             )
