@@ -401,8 +401,8 @@ def paired(args: argparse.Namespace) -> None:
         f"{args.partitions} partitions, commit every {args.commit_ms} ms, {args.seconds} s per "
         f"run, {args.rounds} rounds interleaved after one unreported warm-up run each"
     )
-    print("| round | rate | system | answered | p50 ms | p99 ms | ÷ pipe p50 | ÷ pipe p99 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| round | rate | system | answered | p50 ms | p99 ms |")
+    print("|---|---|---|---|---|---|")
     pooled: dict[tuple[int, str], list[float]] = defaultdict(list)
     ratios: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
     # A fresh broker's JVM answers the first seconds of load several times slower (seconds
