@@ -12,8 +12,8 @@ freed by reference count. So after each commit everything alive is frozen (`gc.f
 splice, no walk) and collections look only at what one batch allocated. Objects freed by
 reference count leave the frozen set as usual; only cyclic garbage among them would stay, so
 the whole heap is collected again once the frozen set has doubled since the last full
-collection (checked every `check_interval_s`: counting it is a walk) or every
-`full_interval_s`, whichever comes first: memory stays within twice what is live.
+collection or since the first count (checked every `check_interval_s`: counting it is a walk)
+or every `full_interval_s`, whichever comes first: memory stays within twice what is live.
 
 The process entry point installs it (`reconciler run`); an engine built in a test does not, so
 no test's heap is frozen behind its back.
@@ -69,6 +69,9 @@ class Collector:
             return False
         self._checked = now
         frozen = self._gc.get_freeze_count()
+        if not self._after_full:  # the first count: modules, clients, restored state
+            self._after_full = frozen
+            return False
         due = now - self._full_at >= self.full_interval_s
         if not due and frozen < max(2 * self._after_full, MIN_FROZEN):
             return False
