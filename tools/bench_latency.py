@@ -378,7 +378,7 @@ def report(args: argparse.Namespace) -> None:
         print(where.table())
 
 
-def _percentile(samples: list[float], q: float) -> float | None:
+def percentile(samples: list[float], q: float) -> float | None:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else None
 
@@ -423,7 +423,7 @@ def paired(args: argparse.Namespace) -> None:
                     system,
                 )
                 pooled[(rate, system)] += samples
-                p50, p99 = _percentile(samples, 0.5), _percentile(samples, 0.99)
+                p50, p99 = percentile(samples, 0.5), percentile(samples, 0.99)
                 if p50 is not None and p99 is not None:
                     got[system] = (p50, p99)
                 print(
@@ -444,7 +444,7 @@ def paired(args: argparse.Namespace) -> None:
     for rate in rates:
         for system in systems:
             xs = pooled[(rate, system)]
-            cells = [f"{_show(_percentile(xs, 0.5))} / {_show(_percentile(xs, 0.99))}"]
+            cells = [f"{_show(percentile(xs, 0.5))} / {_show(percentile(xs, 0.99))}"]
             for k in (0, 1):
                 rs = sorted(r[k] for r in ratios[(rate, system)])
                 cells.append(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tools.bench_engine import Run, _int, _spread
 from tools.bench_kafka import CpuSampler
-from tools.bench_latency import quantile
+from tools.bench_latency import percentile, quantile
 from tools.profile_engine import breakdown
 
 
@@ -24,6 +24,14 @@ def test_quantile_of_nothing_new_is_unknown_and_above_the_last_bound_is_that_bou
     same = {0.5: 3.0, float("inf"): 3.0}
     assert quantile(0.5, same, same) is None
     assert quantile(0.99, {}, {0.5: 0.0, float("inf"): 4.0}) == 0.5
+
+
+def test_percentile_of_samples_is_the_sample_at_that_rank() -> None:
+    samples = [float(n) for n in range(200, 0, -1)]  # 200 .. 1, unsorted on purpose
+    assert percentile(samples, 0.5) == 101.0
+    assert percentile(samples, 0.99) == 199.0
+    assert percentile([7.0], 0.99) == 7.0
+    assert percentile([], 0.5) is None
 
 
 def test_spread_is_the_median_and_range() -> None:
