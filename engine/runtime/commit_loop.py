@@ -107,6 +107,7 @@ class CommitLoop(EngineState):
                     for message in messages:
                         self._take(message)
                     batch = self.order.ready(consumed, drained, CONSUME_BATCH)
+                    self._prefetch(batch)
                     if trace is not None:
                         trace.released_ms = trace.now()
                     more = len(batch) >= CONSUME_BATCH
@@ -180,6 +181,19 @@ class CommitLoop(EngineState):
             self.trace.arrived((topic, partition, offset), float(message.timestamp()[1]))
         at = FIRST if isinstance(outcome, Rejected) else outcome.event_time_ms
         self.order.push(Buffered(topic, partition, offset, at, (message, outcome)))
+
+    def _prefetch(self, batch: list[Buffered[Consumed]]) -> None:
+        """One store query per partition for the sessions of the batch (step 2 reads them)."""
+        sessions: dict[int, list[str]] = {}
+        for record in batch:
+            outcome = record.item[1]
+            if not isinstance(outcome, Rejected):
+                sessions.setdefault(record.partition, []).append(outcome.session_id)
+        tasks = self.tasks
+        for partition, ids in sessions.items():
+            task = tasks.get(partition)
+            if task is not None:
+                task.prefetch(ids)
 
     def _apply_flow(self, consumer: ConsumerLike) -> None:
         flow = self.order.flow()

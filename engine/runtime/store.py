@@ -14,7 +14,7 @@ that offset + 1 (the delta) instead of from the beginning.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 NO_OFFSET = -1
 DEFAULT_CACHE_KIB = 2_048  # SQLite's own default page cache
+GET_MANY_CHUNK = 500  # well under SQLite's bound on a statement's parameters (32,766)
 
 
 class StoreWrite(NamedTuple):
@@ -104,6 +105,19 @@ class LocalStore:
             "SELECT state FROM sessions WHERE session_id=?", (session_id,)
         ).fetchone()
         return bytes(row[0]) if row is not None else None
+
+    def get_many(self, session_ids: Collection[str]) -> dict[str, bytes | None]:
+        """`get` of many sessions in a few queries (None: not stored): a query per session cost
+        ~6 us of Python each, an IN list ~1.5 us per session."""
+        found: dict[str, bytes | None] = dict.fromkeys(session_ids)
+        wanted = list(found)
+        for start in range(0, len(wanted), GET_MANY_CHUNK):
+            chunk = wanted[start : start + GET_MANY_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            query = f"SELECT session_id, state FROM sessions WHERE session_id IN ({marks})"
+            for session_id, state in self._db.execute(query, chunk):
+                found[str(session_id)] = bytes(state)
+        return found
 
     def items(self) -> Iterator[tuple[str, bytes]]:
         for session_id, state in self._db.execute("SELECT session_id, state FROM sessions"):
