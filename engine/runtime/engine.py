@@ -22,6 +22,7 @@ from confluent_kafka import KafkaException
 
 from engine import compiled
 from engine.runtime.clients import ClientFactory, ConsumerLike
+from engine.runtime.memory import tune_gc
 from engine.runtime.metrics import EngineMetrics
 from engine.runtime.rebalance import Rebalancing
 from engine.runtime.state_codec import StateFormatError
@@ -74,6 +75,7 @@ class Engine(Rebalancing):
         rejoins fail in a row; stop() ends it."""
         # A wheel or image without the extensions runs the sources at about twice the CPU.
         log.info("hot path: %s (engine/compiled.py)", compiled.mode())
+        tune_gc(self.settings.gc_gen0_threshold)
         failures = 0  # rejoins in a row with no committed transaction in between
         while not self._stopping:
             if failures:
