@@ -22,6 +22,7 @@ from confluent_kafka import KafkaException
 
 from engine import compiled
 from engine.runtime.clients import ClientFactory, ConsumerLike
+from engine.runtime.collector import Collector
 from engine.runtime.memory import tune_gc
 from engine.runtime.metrics import EngineMetrics
 from engine.runtime.rebalance import Rebalancing
@@ -52,8 +53,10 @@ class Engine(Rebalancing):
         clients: ClientFactory | None = None,
         watchdog: Watchdog | None = None,
         pause: Callable[[float], None] | None = None,
+        collector: Collector | None = None,
     ) -> None:
         super().__init__(settings, codec=codec, metrics=metrics, clients=clients, watchdog=watchdog)
+        self.collector = collector
         self.backoff = Backoff(initial_s=REJOIN_INITIAL_S, max_s=settings.rejoin_backoff_max_s)
         self.pause = pause or self._pause_unless_stopped
         self.rejoins = 0  # rejoins in this process (the log's counter)
