@@ -185,6 +185,7 @@ def _run_engine(settings: Settings) -> int:
     server = serve_health(metrics, settings.metrics_port) if settings.metrics_port else None
     engine = Engine(settings, metrics=metrics, watchdog=watchdog)
     engine.install_signal_handlers()
+    engine.tune_gc()
     try:
         engine.run()
     finally:

@@ -63,6 +63,7 @@ class EngineState:
         self._state_root = Path(settings.state_dir) / settings.group_id / settings.topic_prefix
         self.trimmer = Trimmer(settings.memory_trim_interval_s)
         self._committed_since_rejoin = False
+        self.freeze_after_restore = False  # Engine.tune_gc
         path = settings.latency_trace_path
         self.trace = LatencyTrace(path) if path is not None else None
 
