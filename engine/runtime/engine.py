@@ -61,6 +61,12 @@ class Engine(Rebalancing):
         self.pause = pause or self._pause_unless_stopped
         self.rejoins = 0  # rejoins in this process (the log's counter)
 
+    def tune_gc(self) -> None:
+        """The process's garbage collector policy (settings.gc_gen0_threshold): `reconciler
+        run` calls it, an engine embedded in another process (tests, the demo) leaves it be."""
+        tune_gc(self.settings.gc_gen0_threshold)
+        self.freeze_after_restore = self.settings.gc_gen0_threshold > 0
+
     def install_signal_handlers(self) -> None:
         def on_term(signum: int, frame: FrameType | None) -> None:
             if self._stopping:
@@ -78,7 +84,6 @@ class Engine(Rebalancing):
         rejoins fail in a row; stop() ends it."""
         # A wheel or image without the extensions runs the sources at about twice the CPU.
         log.info("hot path: %s (engine/compiled.py)", compiled.mode())
-        tune_gc(self.settings.gc_gen0_threshold)
         failures = 0  # rejoins in a row with no committed transaction in between
         while not self._stopping:
             if failures:
