@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import re
 import socket
+import statistics
 import sys
 import tempfile
 import threading
@@ -28,7 +29,7 @@ import urllib.request
 import uuid
 from collections import defaultdict
 from pathlib import Path
-from subprocess import Popen
+from subprocess import STDOUT, Popen
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -38,6 +39,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     ResourceType,
 )
+from msgspec.structs import replace
 
 from engine.core.events import ResumeEvent
 from engine.settings import Settings
@@ -58,6 +60,7 @@ from tools.bench_kafka import (
 from tools.latency_trace import Breakdown, breakdown
 
 ENGINE, PIPE, PIPE_DRAINED = "engine", "pipe", "pipe-drained"
+BASELINE = "baseline:"  # + the path of another checkout: its engine, for A/B runs
 
 STAGES = ("consume_wait", "fold", "produce", "commit", "persist")
 _BUCKET = re.compile(r"^reconciler_stage_seconds_bucket\{(?P<labels>[^}]*)\}\s+(?P<n>\S+)$")
@@ -222,7 +225,7 @@ def stamp_at_broker(settings: Settings) -> None:
 
 
 def _start(settings: Settings, system: str, folder: Path, trace: bool) -> Popen[bytes]:
-    log = folder / f"{system}.log"
+    log = folder / "system.log"
     if system in (PIPE, PIPE_DRAINED):
         flags = ["--bootstrap-servers", settings.bootstrap_servers]
         flags += ["--topic-prefix", settings.topic_prefix]
@@ -232,6 +235,15 @@ def _start(settings: Settings, system: str, folder: Path, trace: bool) -> Popen[
     env = engine_env(settings)
     if trace:
         env["RECONCILER_LATENCY_TRACE_PATH"] = str(folder / "trace.csv")
+    if system.startswith(BASELINE):  # another checkout's engine, same interpreter and venv
+        return Popen(
+            [sys.executable, "-m", "engine.cli", "run"],
+            env=env,
+            cwd=system.removeprefix(BASELINE),
+            stdout=log.open("ab"),
+            stderr=STDOUT,
+            start_new_session=True,
+        )
     return start([sys.executable, "-m", "engine.cli", "run"], log, env)
 
 
@@ -272,16 +284,20 @@ def run_latency(
         interval, next_at = 1.0 / rate, time.monotonic()
         for n in range(rate * seconds):
             sid = f"lat-{n}"
+            now_ms = int(time.time() * 1000)
             resume = ResumeEvent(
                 event_id=sid,
                 session_id=sid,
-                event_time_ms=int(time.time() * 1000),
+                event_time_ms=now_ms,
                 runner_id="r",
                 checkpoint_id="c",
                 binding=BINDING,
             )
             producer.produce(settings.topics.resumes, key=sid.encode(), value=CODEC.encode(resume))
-            load = register_intent(n)  # an intent on another session, as background load
+            # An intent on another session, as background load, stamped now as a runner would:
+            # with the mix's own times (1970) the order buffer ranks every intent before every
+            # resume, and on a backlog resumes wait until the intents run out (seconds).
+            load = replace(register_intent(n), event_time_ms=now_ms)
             producer.produce(
                 settings.topics.intents, key=load.session_id.encode(), value=CODEC.encode(load)
             )
@@ -362,6 +378,81 @@ def report(args: argparse.Namespace) -> None:
         print(where.table())
 
 
+def _percentile(samples: list[float], q: float) -> float | None:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else None
+
+
+def paired(args: argparse.Namespace) -> None:
+    """The engine against the raw pipe (committing when drained) in the same session, rounds
+    interleaved and each round starting with the next system: on a shared machine only a
+    ratio measured side by side means anything. `--baseline DIR` adds the engine of another
+    checkout (main) as a third system. Per run p50 and p99 and their ratio to the pipe's run
+    beside it; at the end, per rate and system, the median and range of those ratios and the
+    p50/p99 of the samples pooled over all rounds (one run's p99 rests on 1% of its samples,
+    and one stall of the shared machine moves it)."""
+    rates = [int(r) for r in args.rates.split(",")]
+    systems = [PIPE_DRAINED, ENGINE]
+    if args.baseline:
+        systems.append(BASELINE + str(Path(args.baseline).resolve()))
+    name = {s: ("baseline" if s.startswith(BASELINE) else s) for s in systems}
+    print(
+        f"latency, paired: {', '.join(name[s] for s in systems)} (1 process each), "
+        f"{args.partitions} partitions, commit every {args.commit_ms} ms, {args.seconds} s per "
+        f"run, {args.rounds} rounds interleaved after one unreported warm-up run each"
+    )
+    print("| round | rate | system | answered | p50 ms | p99 ms |")
+    print("|---|---|---|---|---|---|")
+    pooled: dict[tuple[int, str], list[float]] = defaultdict(list)
+    ratios: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+    # A fresh broker's JVM answers the first seconds of load several times slower (seconds
+    # from produce to append measured with --trace): one unreported run of each warms it.
+    for system in systems:
+        run_latency(args.bootstrap_servers, args.partitions, args.commit_ms, max(rates), 5, system)
+    for n in range(args.rounds):
+        for rate in rates:
+            order = systems[n % len(systems) :] + systems[: n % len(systems)]
+            got: dict[str, tuple[float, float]] = {}
+            for system in order:
+                samples, _, _ = run_latency(
+                    args.bootstrap_servers,
+                    args.partitions,
+                    args.commit_ms,
+                    rate,
+                    args.seconds,
+                    system,
+                )
+                pooled[(rate, system)] += samples
+                p50, p99 = _percentile(samples, 0.5), _percentile(samples, 0.99)
+                if p50 is not None and p99 is not None:
+                    got[system] = (p50, p99)
+                print(
+                    f"| {n + 1} | {rate} | {name[system]} | "
+                    f"{len(samples):,} / {rate * args.seconds:,} | {_show(p50)} | {_show(p99)} |",
+                    flush=True,
+                )
+            for system in systems[1:]:
+                if system in got and PIPE_DRAINED in got:
+                    (s50, s99), (p50_, p99_) = got[system], got[PIPE_DRAINED]
+                    ratios[(rate, system)].append((s50 / p50_, s99 / p99_))
+    print()
+    print(
+        "| rate | system | p50 / p99 ms, pooled | ÷ pipe p50, median (range) "
+        "| ÷ pipe p99, median (range) |"
+    )
+    print("|---|---|---|---|---|")
+    for rate in rates:
+        for system in systems:
+            xs = pooled[(rate, system)]
+            cells = [f"{_show(_percentile(xs, 0.5))} / {_show(_percentile(xs, 0.99))}"]
+            for k in (0, 1):
+                rs = sorted(r[k] for r in ratios[(rate, system)])
+                cells.append(
+                    f"{statistics.median(rs):.2f} ({rs[0]:.2f}-{rs[-1]:.2f})" if rs else "-"
+                )
+            print(f"| {rate} + {rate} | {name[system]} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--bootstrap-servers", required=True)
@@ -371,7 +462,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=15, help="per rate")
     parser.add_argument("--system", choices=[ENGINE, PIPE, PIPE_DRAINED], default=ENGINE)
     parser.add_argument("--trace", action="store_true", help="per-input breakdown (engine)")
-    report(parser.parse_args())
+    parser.add_argument(
+        "--paired", action="store_true", help="the engine against the pipe, rounds interleaved"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="with --paired")
+    parser.add_argument("--baseline", help="with --paired: another checkout's engine too (A/B)")
+    args = parser.parse_args()
+    if args.paired:
+        paired(args)
+    else:
+        report(args)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from tools.bench_kafka import (
     tree_cpu_s,
 )
 
-LOOP_FRAME = "Engine._loop (engine.py)"
+LOOP_FRAME = "CommitLoop._loop (commit_loop.py)"  # py-spy names a method by its qualname
 _FRAME = re.compile(r" \((?:.*/)?([^/]*?):\d+\)$")
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, final
 
 from msgspec.structs import replace
 
 from engine.core.events import (
+    GRANTING_VERDICTS,
     AnswerSuffix,
     Classification,
     Decision,
@@ -38,11 +38,44 @@ ACTION_LOST_INTENT = (
 )
 ACTION_BINDING = "Resume against the backend, namespace and digest scheme the session is bound to."
 
+# Every decision reads these. Under Python 3.11 reading a member off its enum class costs ~80 ns
+# (EnumType defines __getattr__, which sends every class attribute through the slow path), a
+# Final name is a static in the compiled build: decide and action_of read none off the class.
+_GRANTING: Final = GRANTING_VERDICTS
+_STORE_ENFORCED: Final = Fence.STORE_ENFORCED
+_ADVISORY: Final = Fence.ADVISORY
+_CONTINUE: Final = Verdict.CONTINUE
+_HELD_RIDES: Final = Reason.HELD_RIDES
+_RELEASE_HELD: Final = RunnerAction.RELEASE_HELD
+_NO_ACTION: Final = RunnerAction.NONE
+_ACTION_OF_VERDICT: Final[dict[Verdict, RunnerAction]] = {
+    Verdict.APPEND_ONCE: RunnerAction.APPEND_ONCE,
+    Verdict.CONTINUE: RunnerAction.DO_NOT_REPLAY,  # RELEASE_HELD for HELD_RIDES (action_of)
+    Verdict.DEFERRED: RunnerAction.WAIT,
+    Verdict.WITHHELD: RunnerAction.STOP,
+    Verdict.REJECTED: RunnerAction.STOP,
+}
 
-@dataclass(frozen=True)
+
+@final
 class FoldResult:
-    state: SessionState
-    decisions: tuple[Decision, ...]
+    """The new state of the session and the decisions of one folded event, in order.
+
+    A plain class with read-only attributes rather than a frozen dataclass: mypyc compiles this
+    constructor, while a dataclass's generated ``__init__`` runs interpreted, once per event.
+    """
+
+    def __init__(self, state: SessionState, decisions: tuple[Decision, ...]) -> None:
+        self.state: Final = state
+        self.decisions: Final = decisions
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FoldResult):
+            return NotImplemented
+        return self.state == other.state and self.decisions == other.decisions
+
+    def __repr__(self) -> str:
+        return f"FoldResult(state={self.state!r}, decisions={self.decisions!r})"
 
 
 def make_trail(*entries: tuple[TrailStep, str]) -> list[TrailEntry]:
@@ -63,10 +96,9 @@ def decide(
     suffix: AnswerSuffix = AnswerSuffix.FIRST,
     runner_action: RunnerAction | None = None,
 ) -> Decision:
-    granted = verdict in (Verdict.CONTINUE, Verdict.APPEND_ONCE)
     fence: Fence | None = None
-    if granted and state.binding is not None:
-        fence = Fence.STORE_ENFORCED if state.binding.store_enforces_fence else Fence.ADVISORY
+    if verdict in _GRANTING and state.binding is not None:
+        fence = _STORE_ENFORCED if state.binding.store_enforces_fence else _ADVISORY
     return Decision(
         decision_id=event.event_id + suffix,
         session_id=state.session_id,
@@ -88,17 +120,9 @@ def decide(
 
 def action_of(verdict: Verdict, reason: Reason) -> RunnerAction:
     """The runner action a verdict and reason stand for (README: "Runner actions")."""
-    if verdict is Verdict.APPEND_ONCE:
-        return RunnerAction.APPEND_ONCE
-    if verdict is Verdict.CONTINUE:
-        return (
-            RunnerAction.RELEASE_HELD if reason is Reason.HELD_RIDES else RunnerAction.DO_NOT_REPLAY
-        )
-    if verdict is Verdict.DEFERRED:
-        return RunnerAction.WAIT
-    if verdict in (Verdict.WITHHELD, Verdict.REJECTED):
-        return RunnerAction.STOP
-    return RunnerAction.NONE
+    if verdict is _CONTINUE and reason is _HELD_RIDES:
+        return _RELEASE_HELD
+    return _ACTION_OF_VERDICT.get(verdict, _NO_ACTION)
 
 
 def with_(state: SessionState, **changes: Any) -> SessionState:

@@ -11,16 +11,22 @@ nothing), all times wall clock in ms (the bench compares them with the producer'
 session, topic, created (the record's timestamp), poll (the consume call that returned it
 began), consumed, released (its batch began to fold), folded (its own fold ended),
 commit (steps 3-5 began), flushed, committed.
+
+Beside it, `<path>.gc.csv`: every cyclic garbage collection of the process (start, ms taken,
+generation, objects collected), since a pause of the interpreter shows up in the trace only as
+a slow step of whatever ran at the time.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 Key = tuple[str, int, int]  # topic, partition, offset
 HEADER = "session,topic,created,poll,consumed,released,folded,commit,flushed,committed\n"
+GC_HEADER = "start,ms,generation,collected\n"
 
 
 class LatencyTrace:
@@ -34,6 +40,20 @@ class LatencyTrace:
         self.consumed_ms = 0.0
         self.released_ms = 0.0
         self.commit_ms = 0.0
+        self._gc_out: TextIO = path.with_name(path.name + ".gc.csv").open("a", encoding="utf-8")
+        if self._gc_out.tell() == 0:
+            self._gc_out.write(GC_HEADER)
+        self._gc_started = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_started = self.now()
+            return
+        took = self.now() - self._gc_started
+        self._gc_out.write(
+            f"{self._gc_started:.1f},{took:.2f},{info['generation']},{info['collected']}\n"
+        )
 
     @staticmethod
     def now() -> float:
@@ -54,6 +74,7 @@ class LatencyTrace:
         tail = f",{self.commit_ms:.1f},{flushed_ms:.1f},{self.now():.1f}\n"
         self._out.writelines(line + tail for line in self._folded)
         self._out.flush()
+        self._gc_out.flush()
         self._folded.clear()
 
     def aborted(self) -> None:
@@ -61,4 +82,7 @@ class LatencyTrace:
         self._arrived.clear()
 
     def close(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
         self._out.close()
+        self._gc_out.close()

@@ -47,14 +47,18 @@ def test_ceiling_is_the_cores_over_all_cpu_per_input() -> None:
 
 def test_profile_breakdown_counts_samples_under_the_loop_by_callee(tmp_path: Path) -> None:
     raw = tmp_path / "raw.txt"
-    loop = "main (engine/cli.py:3);Engine._loop (engine/runtime/engine.py:281)"
+    loop = "main (engine/cli.py:3);CommitLoop._loop (engine/runtime/commit_loop.py:108)"
     raw.write_text(
-        f"{loop};Engine._handle (engine/runtime/engine.py:373);fold (engine/core/fold.py:9) 6\n"
-        f"{loop};Engine._handle (engine/runtime/engine.py:380) 2\n"
-        f"{loop};Engine._commit (engine/runtime/engine.py:450) 3\n"
+        f"{loop};CommitLoop._handle (engine/runtime/commit_loop.py:214);fold (core/fold.py:9) 6\n"
+        f"{loop};CommitLoop._handle (engine/runtime/commit_loop.py:221) 2\n"
+        f"{loop};CommitLoop._commit (engine/runtime/commit_loop.py:300) 3\n"
         f"{loop} 1\n"
         "Thread.run (threading.py:975);Event.wait (threading.py:629) 50\n"
     )
     total, shares = breakdown(raw)
     assert total == 12
-    assert shares == {"Engine._handle (engine.py)": 8, "Engine._commit (engine.py)": 3, "<self>": 1}
+    assert shares == {
+        "CommitLoop._handle (commit_loop.py)": 8,
+        "CommitLoop._commit (commit_loop.py)": 3,
+        "<self>": 1,
+    }

@@ -4,6 +4,7 @@ commit, with the loop's steps in the order they happen; and nothing for an abort
 from __future__ import annotations
 
 import csv
+import gc
 from pathlib import Path
 
 from engine.runtime.engine import Engine
@@ -60,3 +61,14 @@ def test_an_aborted_transaction_writes_nothing(tmp_path: Path) -> None:
     with path.open(encoding="utf-8") as lines:
         rows = list(csv.DictReader(lines))
     assert [(r["session"], r["created"]) for r in rows] == [("s-2", "2.0")]
+
+
+def test_every_garbage_collection_is_written_beside_the_trace(tmp_path: Path) -> None:
+    trace = LatencyTrace(tmp_path / "trace.csv")
+    gc.collect()
+    trace.close()
+    gc.collect()  # after close: not written, and no callback left behind
+    with (tmp_path / "trace.csv.gc.csv").open(encoding="utf-8") as lines:
+        rows = list(csv.DictReader(lines))
+    assert "2" in [row["generation"] for row in rows]
+    assert all(float(row["ms"]) >= 0 for row in rows)

@@ -1,0 +1,374 @@
+"""Steps 1-6 of COMMIT_PROTOCOL.md, in the order the loop runs them: consume, order, fold and
+produce (1-2), then changelog, offsets, commit and local persist (3-6), or abort and rewind.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
+
+from engine import oplog
+from engine.core.events import Decision, Event, RepairEvent
+from engine.runtime.clients import ConsumerLike
+from engine.runtime.engine_state import Consumed, EngineState
+from engine.runtime.ingest import Rejected
+from engine.runtime.metrics import DEAD_LETTER_REFUSED
+from engine.runtime.ordering import FIRST, Buffered
+from engine.runtime.protocol import Step
+from engine.runtime.task import InputFailedError, PartitionTask, pending_header
+from engine.runtime.transaction import CALL_TIMEOUT_S, AbortableError, RejoinError, Transaction
+from engine.wire.dead_letter import EXCERPT_BYTES
+
+log = logging.getLogger("reconciler.engine")
+SESSION_LOG_CHARS = 200  # a dead letter's key is untrusted input: bounded in the log line
+
+
+def _session_of(key: bytes | None) -> str:
+    if key is None:
+        return "-"
+    return key[:SESSION_LOG_CHARS].decode("utf-8", errors="replace")
+
+
+def _log_alerts(decisions: Iterable[Decision], source: str) -> None:
+    """One ops line per alert raised (ids and reasons, no content)."""
+    for decision in decisions:
+        if decision.alert:
+            oplog.emit(
+                "alert_raised",
+                session=decision.session_id,
+                reason=decision.reason,
+                verdict=decision.verdict,
+                decision=decision.decision_id,
+                source=source,
+            )
+
+
+def _log_for_operator(event: Event, decisions: tuple[Decision, ...], source: str) -> None:
+    """One ops line per alert raised and per repair applied."""
+    _log_alerts(decisions, source)
+    if isinstance(event, RepairEvent):
+        first = next(iter(decisions), None)
+        oplog.emit(
+            "repair_applied",
+            session=event.session_id,
+            resolution=event.resolution,
+            actor=event.actor,
+            reason=event.reason,
+            verdict=first.verdict if first is not None else "-",
+            source=source,
+        )
+
+
+CONSUME_BATCH = 1_000
+# Consumer errors that librdkafka reports as non-fatal but that no retry inside the same clients
+# fixes (an ACL changed under us): rejoin with new clients, backing off, so the log counts them.
+REJOIN_CODES = frozenset(
+    {
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    }
+)
+
+
+class CommitLoop(EngineState):
+    """The loop over one pair of clients: every input folded once, committed exactly once."""
+
+    def _loop(self, consumer: ConsumerLike, txn: Transaction) -> None:
+        last_commit = time.monotonic()
+        # An idle consume() waits for the first record at most this long: well under the
+        # commit interval, or a quiet topic adds the whole wait to every decision's latency.
+        wait_s = min(0.1, self.settings.commit_interval_ms / 2000)
+        stage = self.metrics.stage_seconds
+        more = False  # the last batch stopped at its bound: buffered records are ready now
+        interval_s = self.settings.commit_interval_ms / 1000
+        trace = self.trace
+        while not self._stopping:
+            started = time.monotonic()
+            if trace is not None:
+                trace.poll_ms = trace.now()
+            with self.watchdog.guard("poll", self.budget_s, self.tasks):
+                messages, drained = self._consume(consumer, 0.0 if more else wait_s)
+            consumed = time.monotonic()
+            if trace is not None:
+                trace.consumed_ms = trace.now()
+            stage.labels(stage="consume_wait").observe(consumed - started)
+            if self._rejoin_requested:  # set by a callback that ran inside consume()
+                self._rejoin_requested = False
+                raise RejoinError("the assignment was lost or a revoke-time commit failed")
+            try:
+                # One guard for the batch, not one per produce() (~6 us each): step 2 blocks
+                # only in a store read or a full producer queue, which has its own guard.
+                with self.watchdog.guard(f"{Step.FOLD} fold", self.budget_s, self.tasks):
+                    for message in messages:
+                        self._take(message)
+                    batch = self.order.ready(consumed, drained, CONSUME_BATCH)
+                    self._prefetch(batch)
+                    if trace is not None:
+                        trace.released_ms = trace.now()
+                    more = len(batch) >= CONSUME_BATCH
+                    # Only a commit or an abort closes the transaction, never step 2: once it is
+                    # open, its deadline holds for the rest of the batch.
+                    due_at = txn.started + interval_s if txn.open else math.inf
+                    for n, record in enumerate(batch):
+                        if time.monotonic() >= due_at:
+                            # Commit now; the rest waits, in order: no batch of slow inputs
+                            # may hold a transaction open toward its timeout (fenced).
+                            self.order.put_back(batch[n:])
+                            more = True
+                            break
+                        self._handle(txn, record)
+                        if due_at == math.inf and txn.open:
+                            due_at = txn.started + interval_s
+                    drained = drained and not more
+            except AbortableError as exc:
+                self._abort(txn, str(exc))
+                self._progress()
+                continue
+            finally:
+                self.metrics.flush()
+            self._apply_flow(consumer)
+            if messages or txn.open:
+                stage.labels(stage="fold").observe(time.monotonic() - consumed)
+            self.metrics.maybe_observe_lag(consumer, self.tasks, self.topics.inputs)
+            self.metrics.maybe_observe_sessions(self.tasks.values())
+            # Commit as soon as the consumed records are folded (librdkafka's queue was
+            # drained: nothing waits behind them), else at the interval or the size bound.
+            due = (time.monotonic() - last_commit) * 1000 >= self.settings.commit_interval_ms
+            full = self.owned.folded() >= self.settings.commit_max_events
+            if txn.open and (drained or due or full):
+                self._commit(txn)
+                last_commit = time.monotonic()
+            elif not txn.open:
+                last_commit = time.monotonic()
+            self.trimmer.maybe_trim(time.monotonic())
+            self._progress()
+
+    @staticmethod
+    def _consume(consumer: ConsumerLike, wait_s: float) -> tuple[list[Message], bool]:
+        """What librdkafka has queued; if nothing, wait up to `wait_s` for the first record
+        (consume(n) would wait for all n). True with it when the local queue was drained."""
+        messages = consumer.consume(CONSUME_BATCH, timeout=0)
+        if not messages:
+            messages = consumer.consume(1, timeout=wait_s)
+            if messages:
+                messages += consumer.consume(CONSUME_BATCH - 1, timeout=0)
+        return messages, len(messages) < CONSUME_BATCH
+
+    def _take(self, message: Message) -> None:
+        """Decode one consumed record into the task's time-ordered buffer (ordering.py)."""
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                self.order.at_end(message.topic() or "", message.partition() or 0)
+                return
+            # A consumer's fatal error (e.g. a static member fenced after a broker restart)
+            # arrives as code _FATAL without fatal() set on the message error.
+            if error.fatal() or error.code() == KafkaError._FATAL:
+                raise RejoinError(str(error))
+            if error.code() in REJOIN_CODES:
+                raise RejoinError(
+                    f"{error}: grant the engine's principal access to its group, input topics "
+                    "and transactional id (README, Security)"
+                )
+            log.warning("consumer error (librdkafka retries): %s", error)
+            return
+        topic, partition = message.topic() or "", message.partition() or 0
+        offset = message.offset() or 0
+        if not self.owned.fresh(topic, partition, offset):
+            return  # a leftover of an incomplete task or a record folded already
+        outcome = self.ingest.accept(message, topic, partition, offset)
+        if self.trace is not None:
+            self.trace.arrived((topic, partition, offset), float(message.timestamp()[1]))
+        at = FIRST if isinstance(outcome, Rejected) else outcome.event_time_ms
+        self.order.push(Buffered(topic, partition, offset, at, (message, outcome)))
+
+    def _prefetch(self, batch: list[Buffered[Consumed]]) -> None:
+        """One store query per partition for the sessions of the batch (step 2 reads them)."""
+        sessions: dict[int, list[str]] = {}
+        for record in batch:
+            outcome = record.item[1]
+            if not isinstance(outcome, Rejected):
+                sessions.setdefault(record.partition, []).append(outcome.session_id)
+        tasks = self.tasks
+        for partition, ids in sessions.items():
+            task = tasks.get(partition)
+            if task is not None:
+                task.prefetch(ids)
+
+    def _apply_flow(self, consumer: ConsumerLike) -> None:
+        flow = self.order.flow()
+        if flow.pause:
+            consumer.pause([TopicPartition(t, p) for t, p in flow.pause])
+        if flow.resume:
+            consumer.resume([TopicPartition(t, p) for t, p in flow.resume])
+
+    def _handle(self, txn: Transaction, record: Buffered[Consumed]) -> None:
+        message, outcome = record.item
+        topic, partition, offset = record.topic, record.partition, record.offset
+        task = self.owned.claim(topic, partition, offset)
+        if task is None:
+            return
+        if not txn.open:
+            txn.partitions = tuple(self.tasks)  # for the watchdog's report
+            txn.begin()
+        if isinstance(outcome, Rejected):
+            self._dead_letter(txn, message, outcome)
+            return
+        event: Event = outcome
+        try:
+            _, decisions, payloads = task.fold(event, offset, self.codec.encode)
+        except InputFailedError as failed:
+            # No single input may stop a partition: dead-letter it (with the exception class)
+            # and go on; the session's state is as it was before this input.
+            log.error(
+                "step %s: %s/%d/%d failed to fold or encode: %s",
+                Step.FOLD,
+                topic,
+                partition,
+                offset,
+                failed,
+            )
+            self._dead_letter(txn, message, self.ingest.failed(message, failed.cause))
+            return
+        self.metrics.count_fold(topic, self.ingest.kind_of(event), decisions)
+        where = f"{topic}/{partition}/{offset}"
+        _log_for_operator(event, decisions, where)
+        source = where.encode()
+        for decision, payload in zip(decisions, payloads, strict=True):
+            txn.produce(
+                self.topics.decisions,
+                decision.session_id.encode(),
+                payload,
+                Step.FOLD,
+                headers=[("source", source)],
+            )
+        self._txn_event_times.append(event.event_time_ms)
+        if self.trace is not None:
+            self.trace.folded((topic, partition, offset), event.session_id)
+        self._answer_overdue(txn, task)
+
+    def _answer_overdue(self, txn: Transaction, task: PartitionTask) -> None:
+        """Parked resumes the partition's intents watermark has passed get their final answer
+        (engine/core/watermark.py), with a `source` naming that watermark for replays."""
+        expired = task.expire_overdue(self.codec.encode)
+        if not expired:
+            return
+        source = task.watermark_source()
+        self.metrics.count_decisions(d for d, _ in expired)
+        _log_alerts((d for d, _ in expired), source)
+        for decision, payload in expired:
+            txn.produce(
+                self.topics.decisions,
+                decision.session_id.encode(),
+                payload,
+                Step.FOLD,
+                headers=[("source", source.encode())],
+            )
+
+    def _dead_letter(self, txn: Transaction, message: Message, rejected: Rejected) -> None:
+        """A dead letter is bounded (an excerpt), and a producer error on it is never fatal:
+        it is logged and counted, and the partition goes on."""
+        key = message.key()
+        delivered = txn.produce(
+            self.topics.dead_letters,
+            None if key is None else key[:EXCERPT_BYTES],
+            rejected.payload,
+            Step.FOLD,
+            optional=True,
+        )
+        outcome = rejected.reason if delivered else DEAD_LETTER_REFUSED
+        self.metrics.dead_letters.labels(reason=outcome).inc()
+        oplog.emit(
+            "dead_letter",
+            session=_session_of(key),
+            reason=outcome,
+            source=f"{message.topic()}/{message.partition()}/{message.offset()}",
+        )
+
+    def _commit(self, txn: Transaction, tasks: list[PartitionTask] | None = None) -> None:
+        """Steps 3-6 for every ready task (or the given ones)."""
+        if not txn.open:
+            return
+        committing = tasks if tasks is not None else list(self.tasks.values())
+        started = time.monotonic()
+        if self.trace is not None:
+            self.trace.commit_ms = self.trace.now()
+        try:
+            with self.watchdog.guard(f"{Step.CHANGELOG} produce", self.budget_s, self.tasks):
+                for task in committing:  # step 3
+                    # Only the last record reports its offset: the idempotent producer
+                    # delivers one partition in order, so it is the highest (a Python
+                    # callback per record cost more than the record's produce).
+                    writes = task.changelog_records()
+                    last = len(writes) - 1
+                    for n, write in enumerate(writes):
+                        txn.produce(
+                            self.topics.changelog,
+                            write.session_id.encode(),
+                            write.state or b"",
+                            Step.CHANGELOG,
+                            partition=task.partition,
+                            headers=pending_header(write),
+                            on_delivery=_changelog_delivered(task) if n == last else None,
+                        )
+            assert self._consumer is not None
+            consumer = self._consumer
+            txn.commit(self.owned.positions(), consumer.consumer_group_metadata)  # steps 4-5
+        except AbortableError as exc:
+            self._abort(txn, str(exc))
+            return
+        now_ms, done = time.time() * 1000, time.monotonic()
+        stage = self.metrics.stage_seconds
+        stage.labels(stage="produce").observe(txn.flushed_at - started)  # steps 3 and 4 flush
+        stage.labels(stage="commit").observe(done - txn.flushed_at)  # send offsets, commit
+        self.metrics.commit_seconds.observe(done - started)
+        self.metrics.observe_decision_latencies(now_ms, self._txn_event_times)
+        self._txn_event_times.clear()
+        if self.trace is not None:
+            self.trace.committed(now_ms - (done - txn.flushed_at) * 1000)
+        self._committed_since_rejoin = True
+        with self.watchdog.guard(Step.PERSIST_LOCALLY, self.budget_s, self.tasks):
+            for task in committing:  # step 6
+                task.persist()
+        stage.labels(stage="persist").observe(time.monotonic() - done)
+        self.metrics.sessions_stale = True
+
+    def _abort(self, txn: Transaction, why: str) -> None:
+        """Abortable error: abort, drop write caches, rewind inputs to committed offsets."""
+        log.warning("aborting the transaction: %s", why)
+        self.metrics.aborts.labels(kind="abortable").inc()
+        txn.abort()
+        self._txn_event_times.clear()
+        if self.trace is not None:
+            self.trace.aborted()
+        self.owned.discard_uncommitted()
+        assert self._consumer is not None
+        held = self.order.drop(list(self.tasks))  # read again from the committed offsets
+        self._rewind(self._consumer, list(self.tasks))
+        if held:
+            self._consumer.resume([TopicPartition(t, p) for t, p in held])
+
+    def _rewind(self, consumer: ConsumerLike, partitions: list[int]) -> None:
+        wanted = self.owned.wanted(partitions)
+        if not wanted:
+            return
+        with self.watchdog.guard("rewind committed", self.budget_s, partitions):
+            committed = consumer.committed(wanted, timeout=CALL_TIMEOUT_S)
+        for tp in committed:
+            offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+        self.owned.start_at(committed)
+
+
+def _changelog_delivered(task: PartitionTask) -> Any:
+    def delivered(error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            task.changelog_high = max(task.changelog_high, message.offset() or 0)
+
+    return delivered

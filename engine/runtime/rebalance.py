@@ -1,0 +1,134 @@
+"""Rebalance callbacks (COMMIT_PROTOCOL.md A1-A3, revoke, lost): librdkafka runs them inside
+consume(), so they only commit or abort the open transaction and hand tasks in or out.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from engine.runtime.commit_loop import CommitLoop
+from engine.runtime.memory import freeze_heap
+from engine.runtime.protocol import Step
+from engine.runtime.store import LocalStore
+from engine.runtime.task import PartitionTask
+from engine.runtime.transaction import STEP_DEADLINE_S, RejoinError, TxnStatus
+
+log = logging.getLogger("reconciler.engine")
+
+
+class Rebalancing(CommitLoop):
+    """Tasks come and go with the group's assignment."""
+
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.metrics.rebalances.labels(kind="assign").inc()
+        self.metrics.set_ready(False)
+        complete, incomplete = self.owned.add(partitions)
+        if incomplete:
+            consumer.pause(incomplete)
+        if complete:
+            # librdkafka keeps a partition's pause flag across a revoke and a re-assign, and
+            # the order buffer that paused it forgot it at the revoke: start every task unpaused.
+            consumer.resume(self.owned.wanted(complete))
+        if not complete:
+            self.metrics.set_ready(True)
+            return
+        # A1: committed offsets are fetched with require_stable under read_committed, which
+        # waits for a previous owner's pending transaction to finish.
+        settle_s = min(self.settings.transaction_timeout_ms / 1000 + 5, STEP_DEADLINE_S)
+        with self.watchdog.guard(Step.SETTLE_PREVIOUS_OWNER, self.budget_s + settle_s, complete):
+            committed = consumer.committed(self.owned.wanted(complete), timeout=settle_s)
+        self.owned.start_at(committed)
+        started = time.monotonic()
+        # A process can hold every partition: each task gets its share of the memory bounds.
+        share = self.settings.partitions
+        cache_kib = self.settings.store_cache_mb * 1024 // share
+        stores = {
+            p: LocalStore(self._state_root / f"p{p}.sqlite", cache_kib=cache_kib) for p in complete
+        }
+        try:
+            with self.watchdog.guard(Step.RESTORE_DELTA, self.budget_s, complete):
+                reports = self.factory.restore(self.settings, stores, self._restore_progress)
+        except (KafkaException, TimeoutError):
+            for store in stores.values():
+                store.close()
+            raise
+        for report in reports:
+            log.info(
+                "step %s: partition %d restored %d changelog records in %.2fs%s",
+                Step.RESTORE_DELTA,
+                report.partition,
+                report.records,
+                report.seconds,
+                " (local store wiped: changelog recreated)" if report.wiped else "",
+            )
+            self.owned.ready(
+                PartitionTask(
+                    partition=report.partition,
+                    store=stores[report.partition],
+                    read_cache_bytes=self.settings.read_cache_mb * 2**20 // share,
+                )
+            )
+        self.metrics.restore_seconds.observe(time.monotonic() - started)
+        self.metrics.observe_sessions(self.tasks.values())
+        if self.settings.gc_gen0_threshold:
+            freeze_heap()  # what start-up and restore left alive is never garbage: scan no more
+        self.metrics.set_ready(True)
+
+    def _restore_progress(self) -> None:
+        self.watchdog.renew()
+        self._progress()
+
+    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.metrics.rebalances.labels(kind="revoke").inc()
+        txn = self._txn
+        if txn is not None and txn.open:
+            try:
+                self._commit(txn)  # a txn spans all tasks: commit all of them
+            except RejoinError as exc:
+                log.error("commit on revoke failed, rejoining with new clients: %s", exc)
+                self._drop_all_tasks()
+                self._rejoin_requested = True
+        self.owned.release(partitions)
+        self._resume_held(consumer, self.order.drop({tp.partition for tp in partitions}))
+        if not self.tasks:
+            self.metrics.set_ready(False)
+
+    @staticmethod
+    def _resume_held(consumer: Any, held: list[tuple[str, int]]) -> None:
+        """Unpause what the order buffer paused before the partitions go: librdkafka would
+        keep them paused if they came back, and nothing would resume them (a stall)."""
+        if not held:
+            return
+        try:
+            consumer.resume([TopicPartition(t, p) for t, p in held])
+        except KafkaException as exc:  # not assigned any more: nothing left to unpause
+            log.info("resume of revoked partitions refused: %s", exc)
+
+    def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.metrics.rebalances.labels(kind="lost").inc()
+        log.warning("assignment lost: aborting without committing, then rejoining")
+        # Observed after a broker restart: the same producer's next send_offsets_to_transaction
+        # blocked past its timeout. New clients after a lost assignment avoid that state.
+        self._rejoin_requested = True
+        txn = self._txn
+        if txn is not None and txn.open:
+            try:
+                self._abort(txn, "assignment lost")
+            except (RejoinError, KafkaException) as exc:
+                log.warning("abort after a lost assignment failed (rejoining anyway): %s", exc)
+        self.owned.release(partitions)
+        self._resume_held(consumer, self.order.drop({tp.partition for tp in partitions}))
+
+    def _drop_all_tasks(self) -> None:
+        self.owned.drop_all()
+        self.order.clear()
+        if self._txn is not None and self._txn.open:
+            self._txn.status = TxnStatus.FAILED  # dropped with its clients, never flushed
+        self._txn_event_times.clear()
+        if self.trace is not None:
+            self.trace.aborted()
+        self.metrics.set_ready(False)
