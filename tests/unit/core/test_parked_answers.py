@@ -199,3 +199,16 @@ def test_parked_answers_replay_identically_and_from_a_snapshot() -> None:
         result = fold(state, event, position)
         state, tail = result.state, [*tail, *result.decisions]
     assert full == [*head, *tail]
+
+
+def test_a_re_arm_whose_failure_never_comes_is_answered_by_the_watermark() -> None:
+    registered = intent("i1", [A], [], t=1_000)
+    rearm = intent("i1-again", [A], [], t=2_000)  # same intent, holder and fence: a retry
+    state, decisions = _fold([registered, rearm])
+    assert _by_id(decisions)["i1-again"].reason is Reason.PARKED
+    assert park_deadline(state) == 2_000 + PARK_MS
+    state, answers = expire(state, 2_000 + PARK_MS)
+    assert [(x.decision_id, x.verdict, x.reason) for x in answers] == [
+        ("i1-again/final", Verdict.RECORDED, Reason.DUPLICATE)
+    ]
+    assert state.parked_intents == []
