@@ -187,6 +187,7 @@ def _run_engine(settings: Settings) -> int:
     # The process's own collector policy; an Engine built in a test freezes nothing.
     engine = Engine(settings, metrics=metrics, watchdog=watchdog, collector=Collector())
     engine.install_signal_handlers()
+    engine.tune_gc()
     try:
         engine.run()
     finally:

@@ -25,9 +25,10 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from engine.admin.topics import create_topics
-from engine.core.events import AckEvent, Event, IntentEvent, Reason
+from engine.core.events import AckEvent, Event, IntentEvent
 from engine.settings import Settings, load_settings
 from engine.wire import Codec, RecordType
+from tools.answer_reader import AnswerReader
 from tools.bench_fold import session_events
 
 CODEC = Codec()
@@ -153,6 +154,7 @@ class AnswerCounter:
         ]
         consumer.assign([TopicPartition(topic, p, o) for p, o in enumerate(starts)])
         remaining = len(self.expected)
+        final_answer = AnswerReader().final_answer  # the fields counting needs, not the trail
         try:
             while not self._stop.is_set() and remaining:
                 batch = consumer.consume(5000, timeout=0.1)
@@ -165,9 +167,9 @@ class AnswerCounter:
                     if self.count_records:
                         remaining -= 1
                         continue
-                    decision = CODEC.decode_record(RecordType.DECISION, message.value() or b"")
-                    if decision["final"] and decision["reason"] != Reason.PARKED:
-                        self._waiting.discard(str(decision["in_reply_to"]))
+                    answered = final_answer(message.value() or b"")
+                    if answered is not None:
+                        self._waiting.discard(answered)
                 if not self.count_records:
                     remaining = len(self._waiting)
                 if self.first_at == now:  # the answers read together with the first one

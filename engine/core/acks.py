@@ -25,7 +25,6 @@ from engine.core.events import (
     Verdict,
 )
 from engine.core.state import (
-    PARKED_WRITES_LIMIT,
     UNRESOLVED,
     Health,
     IntentSlot,
@@ -35,20 +34,10 @@ from engine.core.state import (
 
 
 def fold_ack(
-    state: SessionState,
-    event: AckEvent,
-    suffix: AnswerSuffix = AnswerSuffix.FIRST,
-    *,
-    waited: bool = False,
+    state: SessionState, event: AckEvent, suffix: AnswerSuffix = AnswerSuffix.FIRST
 ) -> tuple[SessionState, Decision]:
-    """Fold an ack; `waited`: it waited for a re-arm long enough, judge it as it stands."""
+    """Fold an ack as it stands: the caller parks one that is not `ack_ready` (`parked.py`)."""
     slot = state.slot
-    if not ack_ready(state, event, rearm_wait=not waited):
-        parked = [*state.parked_acks, event][-PARKED_WRITES_LIMIT:]
-        why = "the ack refers to an intent, fence, release or re-arm not folded yet"
-        return with_(state, parked_acks=parked), decide(
-            state, event, Verdict.RECORDED, Reason.PARKED, trail=make_trail((TrailStep.WHY, why))
-        )
     if event.source is AckSource.RUNNER:
         refusal = check_writer(state, event.runner_id, event.fence_token, event.event_time_ms)
         if refusal is not None:
@@ -87,7 +76,7 @@ def fold_ack(
     return new_state, ack_answer(new_state, event, reason, alert, suffix)
 
 
-def ack_ready(state: SessionState, event: AckEvent, *, rearm_wait: bool = True) -> bool:
+def ack_ready(state: SessionState, event: AckEvent) -> bool:
     """Whether the engine has folded everything this ack refers to.
 
     Not yet: a fence newer than any grant (the grant's resume is still on its way), an intent
@@ -101,7 +90,7 @@ def ack_ready(state: SessionState, event: AckEvent, *, rearm_wait: bool = True) 
     slot = state.slot
     if slot is None or slot.intent_id != event.intent_id:
         return event.intent_id == state.previous_intent_id
-    if rearm_wait and awaits_rearm(state, event):
+    if awaits_rearm(state, event):
         return False
     return not (event.outcome is AckOutcome.COMMITTED and slot.status is SlotStatus.HELD)
 
@@ -129,6 +118,70 @@ def awaits_rearm(state: SessionState, event: AckEvent) -> bool:
         and slot.status in (SlotStatus.PENDING, SlotStatus.APPEND_GRANTED)
         and not (slot.committed_by_store or slot.committed_by_runner or slot.partial_seen)
     )
+
+
+def knows_attempt(state: SessionState, event: AckEvent) -> bool:
+    """Whether the ack names an attempt the engine folded: its intent (current or superseded)
+    under a fence that was granted. Only such an ack can be evidence about a write."""
+    if event.fence_token is not None and event.fence_token > state.fence_token:
+        return False
+    slot = state.slot
+    known = slot is not None and slot.intent_id == event.intent_id
+    return known or event.intent_id == state.previous_intent_id
+
+
+def may_have_written(event: AckEvent) -> bool:
+    """The ack does not rule out that its batch (or part of it) is in the Session."""
+    if event.outcome is AckOutcome.UNKNOWN:
+        return True
+    return event.outcome is AckOutcome.COMMITTED and event.committed_count != 0
+
+
+def answer_unready(state: SessionState, event: AckEvent, why: str) -> tuple[SessionState, Decision]:
+    """The final answer of a parked ack that stops waiting (evicted, or overdue).
+
+    An ack of a known attempt is judged as it stands (a commit after a definite failure with no
+    re-arm: AMBIGUOUS; a commit of a batch still held: GATE_VIOLATION). Any other ack is
+    evidence of no attempt and changes no slot:
+
+    * under a fence the engine never granted: REJECTED UNKNOWN_FENCE (the writer has no
+      authority). If it says the batch may be in the Session (`may_have_written`), a write
+      landed under a token no grant accounts for, so the session turns AMBIGUOUS (alerted on
+      the transition) and nothing is granted on it until a repair.
+    * naming an intent the engine does not know: RECORDED UNKNOWN_INTENT. The state keeps only
+      the current and the previous intent id, so an ack of a write superseded twice (its
+      intents read ahead of its acks) looks the same as one of a write never registered; the
+      former is harmless, and turning the session AMBIGUOUS on it would lock sessions that
+      only had a backlog. A write whose intent never came is caught where it matters: a
+      checkpoint that names it is withheld INTENT_NEVER_ARRIVED (SPEC.md "Answer protocol").
+    """
+    if knows_attempt(state, event):
+        return fold_ack(state, event, AnswerSuffix.FINAL)
+    fenced = event.fence_token is not None and event.fence_token > state.fence_token
+    if not fenced:
+        trail = make_trail((TrailStep.WHY, why))
+        return state, decide(
+            state,
+            event,
+            Verdict.RECORDED,
+            Reason.UNKNOWN_INTENT,
+            trail=trail,
+            suffix=AnswerSuffix.FINAL,
+        )
+    if may_have_written(event) and state.health is Health.CLEAR:
+        state = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.UNKNOWN_FENCE)
+        why += f"; it says {event.outcome}: a write may have landed under a fence never granted"
+        return state, decide(
+            state,
+            event,
+            Verdict.REJECTED,
+            Reason.UNKNOWN_FENCE,
+            trail=make_trail((TrailStep.ALERT, why)),
+            action=ACTION_REPAIR,
+            alert=True,
+            suffix=AnswerSuffix.FINAL,
+        )
+    return state, reject(state, event, Reason.UNKNOWN_FENCE, why, AnswerSuffix.FINAL)
 
 
 def ack_answer(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, final
 
 from msgspec.structs import replace
 
 from engine.core.events import (
+    GRANTING_VERDICTS,
     AnswerSuffix,
     Classification,
     Decision,
@@ -18,6 +18,14 @@ from engine.core.events import (
     TrailEntry,
     TrailStep,
     Verdict,
+)
+from engine.core.members import (
+    FENCE_ADVISORY,
+    FENCE_STORE_ENFORCED,
+    REASON_HELD_RIDES,
+    RUNNER_NONE,
+    RUNNER_RELEASE_HELD,
+    VERDICT_CONTINUE,
 )
 from engine.core.state import (
     RECENT_EVENT_IDS,
@@ -38,11 +46,36 @@ ACTION_LOST_INTENT = (
 )
 ACTION_BINDING = "Resume against the backend, namespace and digest scheme the session is bound to."
 
+# Looked up at every decision, instead of reading members off enum classes (`members`: why).
+_GRANTING: Final = GRANTING_VERDICTS
+_ACTION_OF_VERDICT: Final[dict[Verdict, RunnerAction]] = {
+    Verdict.APPEND_ONCE: RunnerAction.APPEND_ONCE,
+    Verdict.CONTINUE: RunnerAction.DO_NOT_REPLAY,  # RELEASE_HELD for HELD_RIDES (action_of)
+    Verdict.DEFERRED: RunnerAction.WAIT,
+    Verdict.WITHHELD: RunnerAction.STOP,
+    Verdict.REJECTED: RunnerAction.STOP,
+}
 
-@dataclass(frozen=True)
+
+@final
 class FoldResult:
-    state: SessionState
-    decisions: tuple[Decision, ...]
+    """The new state of the session and the decisions of one folded event, in order.
+
+    A plain class with read-only attributes rather than a frozen dataclass: mypyc compiles this
+    constructor, while a dataclass's generated ``__init__`` runs interpreted, once per event.
+    """
+
+    def __init__(self, state: SessionState, decisions: tuple[Decision, ...]) -> None:
+        self.state: Final = state
+        self.decisions: Final = decisions
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FoldResult):
+            return NotImplemented
+        return self.state == other.state and self.decisions == other.decisions
+
+    def __repr__(self) -> str:
+        return f"FoldResult(state={self.state!r}, decisions={self.decisions!r})"
 
 
 def make_trail(*entries: tuple[TrailStep, str]) -> list[TrailEntry]:
@@ -63,10 +96,9 @@ def decide(
     suffix: AnswerSuffix = AnswerSuffix.FIRST,
     runner_action: RunnerAction | None = None,
 ) -> Decision:
-    granted = verdict in (Verdict.CONTINUE, Verdict.APPEND_ONCE)
     fence: Fence | None = None
-    if granted and state.binding is not None:
-        fence = Fence.STORE_ENFORCED if state.binding.store_enforces_fence else Fence.ADVISORY
+    if verdict in _GRANTING and state.binding is not None:
+        fence = FENCE_STORE_ENFORCED if state.binding.store_enforces_fence else FENCE_ADVISORY
     return Decision(
         decision_id=event.event_id + suffix,
         session_id=state.session_id,
@@ -88,17 +120,9 @@ def decide(
 
 def action_of(verdict: Verdict, reason: Reason) -> RunnerAction:
     """The runner action a verdict and reason stand for (README: "Runner actions")."""
-    if verdict is Verdict.APPEND_ONCE:
-        return RunnerAction.APPEND_ONCE
-    if verdict is Verdict.CONTINUE:
-        return (
-            RunnerAction.RELEASE_HELD if reason is Reason.HELD_RIDES else RunnerAction.DO_NOT_REPLAY
-        )
-    if verdict is Verdict.DEFERRED:
-        return RunnerAction.WAIT
-    if verdict in (Verdict.WITHHELD, Verdict.REJECTED):
-        return RunnerAction.STOP
-    return RunnerAction.NONE
+    if verdict is VERDICT_CONTINUE and reason is REASON_HELD_RIDES:
+        return RUNNER_RELEASE_HELD
+    return _ACTION_OF_VERDICT.get(verdict, RUNNER_NONE)
 
 
 def with_(state: SessionState, **changes: Any) -> SessionState:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from engine.core.acks import fold_ack
+from engine.core.acks import ack_ready, fold_ack
 from engine.core.decide import (
     ACTION_REPAIR,
     FoldResult,
@@ -56,6 +56,7 @@ from engine.core.parked import (
     expire_writes,
     fold_ready_intent,
     intent_waits,
+    park_ack,
     park_intent,
 )
 from engine.core.repairs import fold_repair
@@ -81,20 +82,33 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
     if event.event_id in state.recent_event_ids:
         return FoldResult(state, (_answer_duplicate(state, event),))
     remembered = _remember(state, event.event_id)
-    # Writes that waited too long for an input of another topic are judged before this later
-    # input is (parked.py): acks waiting for a re-arm, re-arms waiting for their failure.
-    remembered, settled = expire_writes(
-        remembered,
-        event.event_time_ms,
-        acks=not isinstance(event, AckEvent),
-        rearms=not isinstance(event, IntentEvent),
-    )
+    # Draining and expiring only look at waiting inputs: with none (almost every event) they
+    # would find nothing, so they are not called.
+    settled: list[Decision] = []
+    if _waiting(remembered):
+        # Writes that waited too long for an input of another topic are judged before this
+        # later input is (parked.py): acks waiting for an intent, release or re-arm, re-arms
+        # waiting for their failure, and, on the resumes' clock, writes waiting for a grant.
+        remembered, settled = expire_writes(
+            remembered,
+            event.event_time_ms,
+            acks=not isinstance(event, AckEvent),
+            rearms=not isinstance(event, IntentEvent),
+            grants=isinstance(event, ResumeEvent),
+        )
     new_state, decisions = _dispatch(remembered, event, position)
+    if not _waiting(new_state):
+        return FoldResult(new_state, (*decisions, *settled))
     new_state, finals = drain(new_state)
     if isinstance(event, IntentEvent):
-        new_state, expired = expire_overdue(new_state, event.event_time_ms)
+        new_state, expired = expire_overdue(new_state, event.event_time_ms, all_topics=False)
         finals.extend(expired)
     return FoldResult(new_state, (*decisions, *settled, *finals))
+
+
+def _waiting(state: SessionState) -> bool:
+    """Whether any input waits in ``state``: all that `drain` and the expiries look at."""
+    return bool(state.parked_intents or state.parked_acks or state.parked_resumes)
 
 
 def _dispatch(
@@ -105,6 +119,8 @@ def _dispatch(
             return park_intent(state, event)
         return fold_ready_intent(state, event)
     if isinstance(event, AckEvent):
+        if not ack_ready(state, event):
+            return park_ack(state, event)
         new_state, decision = fold_ack(state, event)
         return new_state, [decision]
     if isinstance(event, ResumeEvent):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
-from engine.core.acks import ack_ready, awaits_rearm, fold_ack
+from engine.core.acks import ack_ready, answer_unready, awaits_rearm, fold_ack
 from engine.core.decide import decide, make_trail, reject, with_
 from engine.core.events import (
     AckEvent,
@@ -55,6 +55,32 @@ def park_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, 
         why = f"no grant of fence {old.fence_token} arrived while {PARKED_WRITES_LIMIT} waited"
         decisions.append(reject(new_state, old, Reason.UNKNOWN_FENCE, why, AnswerSuffix.FINAL))
     return new_state, decisions
+
+
+def park_ack(state: SessionState, event: AckEvent) -> tuple[SessionState, list[Decision]]:
+    """An ack ahead of its intent, fence, release or re-arm (`acks.ack_ready`): RECORDED PARKED
+    now; the oldest beyond `PARKED_WRITES_LIMIT` is answered finally, as it stands."""
+    parked = [*state.parked_acks, event]
+    evicted, kept = parked[:-PARKED_WRITES_LIMIT], parked[-PARKED_WRITES_LIMIT:]
+    new_state = with_(state, parked_acks=kept)
+    why = "the ack refers to an intent, fence, release or re-arm not folded yet"
+    decisions = [
+        decide(
+            state, event, Verdict.RECORDED, Reason.PARKED, trail=make_trail((TrailStep.WHY, why))
+        )
+    ]
+    for old in evicted:
+        why = f"what the ack refers to did not arrive while {PARKED_WRITES_LIMIT} acks waited"
+        new_state, answer = answer_unready(new_state, old, why)
+        decisions.append(answer)
+    return new_state, decisions
+
+
+def awaits_grant(state: SessionState, event: IntentEvent | AckEvent) -> bool:
+    """It waits for the resume that granted its fence (on the resumes topic); any other parked
+    write waits for an input of the intents topic (an intent, a release, a re-arm), or, for a
+    re-arm, for its failure on the acks topic."""
+    return fence_ahead(state, event.fence_token)
 
 
 def _final(decision: Decision) -> Decision:
@@ -153,44 +179,62 @@ def _judge_acks(state: SessionState, acks: list[AckEvent]) -> tuple[SessionState
     decisions: list[Decision] = []
     for ack in acks:
         rest = [a for a in state.parked_acks if a.event_id != ack.event_id]
-        state, decision = fold_ack(
-            with_(state, parked_acks=rest), ack, AnswerSuffix.FINAL, waited=True
-        )
+        state, decision = fold_ack(with_(state, parked_acks=rest), ack, AnswerSuffix.FINAL)
         decisions.append(decision)
     return state, decisions
 
 
-def wait_deadline(state: SessionState) -> int | None:
-    """The earliest intents event time at which a waiting input is answered as it stands: a
-    parked resume or an ack waiting for a re-arm, each `PARK_MS` after its own time."""
+def wait_deadline(state: SessionState, *, all_topics: bool = True) -> int | None:
+    """The earliest event time at which a waiting input is answered as it stands, `PARK_MS`
+    after its own time. `all_topics` (the runtime's partition watermark): every waiting input.
+    Without it (the fold's own intents): only the inputs that wait on the intents topic, that
+    is parked resumes and acks waiting for an intent, a release or a re-arm."""
     times = [p.resume.event_time_ms for p in state.parked_resumes]
-    times += [a.event_time_ms for a in state.parked_acks if awaits_rearm(state, a)]
+    times += [
+        a.event_time_ms for a in state.parked_acks if all_topics or not awaits_grant(state, a)
+    ]
+    if all_topics:
+        times += [i.event_time_ms for i in state.parked_intents]
     return min(times) + PARK_MS if times else None
 
 
 def expire_writes(
-    state: SessionState, at_ms: int, *, acks: bool = True, rearms: bool = True
+    state: SessionState,
+    at_ms: int,
+    *,
+    acks: bool = True,
+    rearms: bool = True,
+    grants: bool = True,
 ) -> tuple[SessionState, list[Decision]]:
-    """Judge, as they stand, the acks waiting for a re-arm (`acks`) and the re-arms waiting for
-    their failure (`rearms`) that are `PARK_MS` older than `at_ms`, the time of an input of
-    another topic (what they wait for was published before them on the topic they wait on)."""
+    """Answer, finally and as they stand, the parked writes `PARK_MS` older than `at_ms`, the
+    time of an input of the topic they wait on (what they wait for was published before them
+    on that topic, which is read in order): `acks` waiting for an intent, release or re-arm,
+    `rearms` waiting for their failure, and (`grants`) intents and acks waiting for the grant
+    of their fence. `acks.answer_unready` says what an ack that stops waiting is answered."""
     decisions: list[Decision] = []
-    if acks:
-        overdue_acks = [
-            a
-            for a in state.parked_acks
-            if a.event_time_ms + PARK_MS <= at_ms and awaits_rearm(state, a)
-        ]
-        state, decisions = _judge_acks(state, overdue_acks)
-    overdue_intents = [
-        i
-        for i in state.parked_intents
-        if rearms
-        and i.event_time_ms + PARK_MS <= at_ms
-        and not fence_ahead(state, i.fence_token)
-        and awaits_failure(state, i)
+    for ack in list(state.parked_acks):
+        waits_on_grant = awaits_grant(state, ack)
+        if ack.event_time_ms + PARK_MS > at_ms or not (grants if waits_on_grant else acks):
+            continue
+        rest_acks = [a for a in state.parked_acks if a.event_id != ack.event_id]
+        if waits_on_grant:
+            why = f"no grant of fence {ack.fence_token} arrived within {PARK_MS} ms of event time"
+        else:
+            why = f"intent {ack.intent_id} (or its release or re-arm) did not arrive in time"
+            why += f" ({PARK_MS} ms of event time)"
+        state, decision = answer_unready(with_(state, parked_acks=rest_acks), ack, why)
+        decisions.append(decision)
+    overdue = [i for i in state.parked_intents if i.event_time_ms + PARK_MS <= at_ms]
+    unfenced = [i for i in overdue if grants and awaits_grant(state, i)]
+    retries = [
+        i for i in overdue if rearms and not awaits_grant(state, i) and awaits_failure(state, i)
     ]
-    for intent in overdue_intents:
+    for intent in unfenced:
+        why = f"no grant of fence {intent.fence_token} arrived within {PARK_MS} ms of event time"
+        rest = [i for i in state.parked_intents if i.event_id != intent.event_id]
+        state = with_(state, parked_intents=rest)
+        decisions.append(reject(state, intent, Reason.UNKNOWN_FENCE, why, AnswerSuffix.FINAL))
+    for intent in retries:
         rest = [i for i in state.parked_intents if i.event_id != intent.event_id]
         state, decision = fold_intent(with_(state, parked_intents=rest), intent)
         decisions.append(_final(decision))
@@ -200,14 +244,22 @@ def expire_writes(
     return state, [*decisions, *drained]
 
 
-def expire_overdue(state: SessionState, at_ms: int) -> tuple[SessionState, list[Decision]]:
-    """Final answers of every input that waited `PARK_MS` of intents event time (`at_ms`) for
-    an intent that did not come: acks waiting for a re-arm (judged as they stand, so a commit
-    after a definite failure with no retry between is AMBIGUOUS), then parked resumes (WITHHELD
-    INTENT_NEVER_ARRIVED)."""
-    deadline = wait_deadline(state)
+def expire_overdue(
+    state: SessionState, at_ms: int, *, all_topics: bool = True
+) -> tuple[SessionState, list[Decision]]:
+    """Final answers of the inputs that waited `PARK_MS` of intents event time (`at_ms`):
+    parked acks (answered as they stand, `acks.answer_unready`), then parked resumes (WITHHELD
+    INTENT_NEVER_ARRIVED). With `all_topics` (the runtime's partition watermark), also the
+    writes that wait on another topic: intents and acks waiting for the grant of their fence
+    (on the resumes topic), re-arms waiting for their failure (on the acks topic). The runtime
+    reads a partition's three topics in event-time order (`runtime/ordering.py`), so once its
+    intents are `PARK_MS` past, so are the others; and a grant is decided before its holder can
+    write under it, so a live engine waits on one only for a token it never issued. The fold
+    bounds those by the session's own resumes and acks instead (`expire_writes`), so that its
+    answers do not depend on how far one topic is read ahead of another."""
+    deadline = wait_deadline(state, all_topics=all_topics)
     if deadline is None or deadline > at_ms:
         return state, []
-    state, decisions = expire_writes(state, at_ms, rearms=False)
+    state, decisions = expire_writes(state, at_ms, rearms=all_topics, grants=all_topics)
     state, expired = expire_parked(state, at_ms)
     return state, [*decisions, *expired]

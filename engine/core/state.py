@@ -43,12 +43,15 @@ from engine.core.events import (
 LEASE_MS = 60_000
 """How long (event time) a grant or a holder's last write keeps other runners out."""
 PARK_MS = LEASE_MS
-"""How long (event time) a resume may wait for the intent its checkpoint names."""
+"""How long (event time) an input may wait for what it refers to (a resume for the intent its
+checkpoint names, an ack for its intent, fence, release or re-arm, an intent for its fence's
+grant, a re-arm for its failure) before it is answered as it stands (`parked.py`)."""
 RECENT_EVENT_IDS = 8
 PARKED_LIMIT = 4
 """Resumes that may wait for their intent at once; the oldest beyond it gets a final answer."""
 PARKED_WRITES_LIMIT = 32
-"""Intents and acks (each) that may wait for what they refer to: a backlog's worth of writes."""
+"""Intents and acks (each) that may wait for what they refer to: a backlog's worth of writes.
+The oldest beyond it gets its final answer at once (`parked.park_intent`, `parked.park_ack`)."""
 
 
 class Health(StrEnum):

@@ -12,6 +12,12 @@ intent is not coming. Resumes and acks say nothing about how far the intents top
 the resumes topic is read a backlog ahead, their times run ahead of intents still unread, and
 a watermark fed by them would answer INTENT_NEVER_ARRIVED for intents that are only late.
 
+The same sweep bounds every other waiting input of a quiet session (`parked.expire_overdue`):
+an ack whose intent, release or re-arm never comes, an intent or ack under a fence never granted,
+a re-arm whose failure never comes. The last two wait on the resumes and acks topics; the
+runtime reads a partition's topics in event-time order, so the intents watermark stands for
+them too (SPEC.md "Answer protocol" says why that fails closed when it is wrong).
+
 Pure functions: the runtime keeps the value (persisted with the changelog) and passes it in.
 """
 
@@ -34,7 +40,7 @@ def advance(watermark: int, event: Event) -> int:
 
 def park_deadline(state: SessionState | None) -> int | None:
     """The watermark at which the session's earliest waiting input is answered; None if none
-    (a parked resume, or an ack or re-arm of a retry in place: `parked.wait_deadline`)."""
+    (a parked resume, ack or intent: `parked.wait_deadline`)."""
     return None if state is None else wait_deadline(state)
 
 

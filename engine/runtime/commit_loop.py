@@ -5,6 +5,7 @@ produce (1-2), then changelog, offsets, commit and local persist (3-6), or abort
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -107,17 +108,23 @@ class CommitLoop(EngineState):
                     for message in messages:
                         self._take(message)
                     batch = self.order.ready(consumed, drained, CONSUME_BATCH)
+                    self._prefetch(batch)
                     if trace is not None:
                         trace.released_ms = trace.now()
                     more = len(batch) >= CONSUME_BATCH
+                    # Only a commit or an abort closes the transaction, never step 2: once it is
+                    # open, its deadline holds for the rest of the batch.
+                    due_at = txn.started + interval_s if txn.open else math.inf
                     for n, record in enumerate(batch):
-                        if txn.open and time.monotonic() - txn.started >= interval_s:
+                        if time.monotonic() >= due_at:
                             # Commit now; the rest waits, in order: no batch of slow inputs
                             # may hold a transaction open toward its timeout (fenced).
                             self.order.put_back(batch[n:])
                             more = True
                             break
                         self._handle(txn, record)
+                        if due_at == math.inf and txn.open:
+                            due_at = txn.started + interval_s
                     drained = drained and not more
             except AbortableError as exc:
                 self._abort(txn, str(exc))
@@ -175,11 +182,24 @@ class CommitLoop(EngineState):
         offset = message.offset() or 0
         if not self.owned.fresh(topic, partition, offset):
             return  # a leftover of an incomplete task or a record folded already
-        outcome = self.ingest.accept(message)
+        outcome = self.ingest.accept(message, topic, partition, offset)
         if self.trace is not None:
             self.trace.arrived((topic, partition, offset), float(message.timestamp()[1]))
         at = FIRST if isinstance(outcome, Rejected) else outcome.event_time_ms
         self.order.push(Buffered(topic, partition, offset, at, (message, outcome)))
+
+    def _prefetch(self, batch: list[Buffered[Consumed]]) -> None:
+        """One store query per partition for the sessions of the batch (step 2 reads them)."""
+        sessions: dict[int, list[str]] = {}
+        for record in batch:
+            outcome = record.item[1]
+            if not isinstance(outcome, Rejected):
+                sessions.setdefault(record.partition, []).append(outcome.session_id)
+        tasks = self.tasks
+        for partition, ids in sessions.items():
+            task = tasks.get(partition)
+            if task is not None:
+                task.prefetch(ids)
 
     def _apply_flow(self, consumer: ConsumerLike) -> None:
         flow = self.order.flow()
@@ -194,8 +214,9 @@ class CommitLoop(EngineState):
         task = self.owned.claim(topic, partition, offset)
         if task is None:
             return
-        txn.partitions = tuple(self.tasks)
-        txn.begin()
+        if not txn.open:
+            txn.partitions = tuple(self.tasks)  # for the watchdog's report
+            txn.begin()
         if isinstance(outcome, Rejected):
             self._dead_letter(txn, message, outcome)
             return

@@ -23,6 +23,7 @@ from confluent_kafka import KafkaException
 from engine import compiled
 from engine.runtime.clients import ClientFactory, ConsumerLike
 from engine.runtime.collector import Collector
+from engine.runtime.memory import tune_gc
 from engine.runtime.metrics import EngineMetrics
 from engine.runtime.rebalance import Rebalancing
 from engine.runtime.state_codec import StateFormatError
@@ -59,6 +60,12 @@ class Engine(Rebalancing):
         self.backoff = Backoff(initial_s=REJOIN_INITIAL_S, max_s=settings.rejoin_backoff_max_s)
         self.pause = pause or self._pause_unless_stopped
         self.rejoins = 0  # rejoins in this process (the log's counter)
+
+    def tune_gc(self) -> None:
+        """The process's garbage collector policy (settings.gc_gen0_threshold): `reconciler
+        run` calls it, an engine embedded in another process (tests, the demo) leaves it be."""
+        tune_gc(self.settings.gc_gen0_threshold)
+        self.freeze_after_restore = self.settings.gc_gen0_threshold > 0
 
     def install_signal_handlers(self) -> None:
         def on_term(signum: int, frame: FrameType | None) -> None:

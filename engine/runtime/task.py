@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from engine.core.events import Decision, Event
@@ -111,6 +111,9 @@ class PartitionTask:
     # skipped). Both keep a sweep proportional to what is due, not to the transaction's size.
     _swept: int = NO_WATERMARK
     _cache_deadlines: list[tuple[int, str]] = field(default_factory=list)
+    # Stored states of the consumed batch's sessions, read in one query (`prefetch`); valid until
+    # the store changes, which only step 6 (persist) and a restore (a new task) do.
+    _prefetched: dict[str, bytes | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._load_watermark()
@@ -130,12 +133,25 @@ class PartitionTask:
         if hit is not None:
             self.committed.move_to_end(session_id)
             return hit[0]
-        stored = self.store.get(session_id)
+        prefetched = self._prefetched
+        stored = (
+            prefetched.pop(session_id) if session_id in prefetched else self.store.get(session_id)
+        )
         if stored is None:
             return None
         state = decode_state(stored)
         self._remember(session_id, state, len(stored))
         return state
+
+    def prefetch(self, session_ids: Iterable[str]) -> None:
+        """Reads the stored states of the sessions neither cache holds, in one query, for the
+        `state_of` calls of a batch about to be folded."""
+        cache, committed, prefetched = self.cache, self.committed, self._prefetched
+        missing = {
+            s for s in session_ids if s not in cache and s not in committed and s not in prefetched
+        }
+        if missing:
+            prefetched.update(self.store.get_many(missing))
 
     def _remember(self, session_id: str, state: SessionState, encoded_size: int) -> None:
         self._forget(session_id)
@@ -280,6 +296,7 @@ class PartitionTask:
 
     def discard(self) -> None:
         """Abort: forget everything not committed; the store still holds the committed state."""
+        self._prefetched.clear()  # after step 6 too: the store has changed
         self._encoded = []
         self._state_bytes.clear()
         self._deadlines.clear()

@@ -82,6 +82,9 @@ class Codec:
         self._readers: dict[RecordType, Reader | None] = {}
         self._fast_writers: dict[type, tuple[bytes, Writer]] = {}
         self._raw_digests: dict[tuple[RecordType, int], bool] = {}
+        # Per record type: the header of the current schema as last seen on the wire, and its
+        # generated reader. A record that starts with it needs no framing lookup (`_decode`).
+        self._fast_readers: dict[RecordType, tuple[bytes, Reader]] = {}
 
     def encode(self, model: WireModel, *, version: int | None = None) -> bytes:
         """The framed Avro bytes of ``model``, written with the current schema.
@@ -283,15 +286,33 @@ class Codec:
         return self._readers[record_type]
 
     def _decode(self, record_type: RecordType, data: bytes) -> WireModel:
+        model: WireModel | None = None
+        fast = self._fast_readers.get(record_type)
+        if (
+            fast is not None
+            and type(data) is bytes
+            and data.startswith(fast[0])
+            and len(data) <= self.limits.max_record_bytes
+        ):
+            # The bytes `_split` would check are the ones it accepted before, so only the body
+            # is read; anything the reader declines goes the whole way below.
+            model = fast[1](data[len(fast[0]) :])
+        if model is None:
+            model = self._decode_split(record_type, data)
+        problem = semantic_violation(model)
+        if problem is not None:
+            raise DecodeError(DecodeReason.INVALID_FIELDS, problem)
+        return model
+
+    def _decode_split(self, record_type: RecordType, data: bytes) -> WireModel:
         writer, body = self._split(record_type, data)
         current = self.store.current(record_type)
         read = self._reader(record_type, current) if writer is current else None
         model: WireModel | None = None if read is None else read(bytes(body))
+        if read is not None and model is not None and type(data) is bytes:
+            self._fast_readers[record_type] = (data[: len(data) - len(body)], read)
         if model is None:
             model = self._decode_reference(record_type, writer, body)
-        problem = semantic_violation(model)
-        if problem is not None:
-            raise DecodeError(DecodeReason.INVALID_FIELDS, problem)
         return model
 
     def _decode_reference(

@@ -256,3 +256,49 @@ def test_sweeps_read_each_due_session_once_per_transaction(tmp_path: Path) -> No
     task.discard()  # an abort: the next transaction sweeps the committed index again
     task.fold(replace(tick, event_id="again"), offset=orphans)
     assert len(task.expire_overdue()) == orphans
+
+
+def test_get_many_reads_stored_states_and_none_for_the_rest(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "p0.sqlite")
+    ids = [f"s{n}" for n in range(1_200)]  # more than one query's worth
+    store.apply([StoreWrite(s, s.encode()) for s in ids[::2]], changelog_offset=1)
+    found = store.get_many([*ids, "nobody"])
+    assert found == {s: store.get(s) for s in [*ids, "nobody"]}
+    assert sum(v is not None for v in found.values()) == 600
+
+
+def test_a_prefetched_batch_is_read_without_a_query_per_session(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "p0.sqlite")
+    writer = PartitionTask(partition=0, store=store)
+    writer.fold(intent("e1", [OUT], [U, C]), offset=0)
+    writer.changelog_records()
+    writer.persist()
+    task = PartitionTask(partition=0, store=store)
+    task.prefetch(["s1", "nobody"])
+
+    def no_single_reads(session_id: str) -> bytes | None:
+        raise AssertionError(f"read {session_id} one by one")
+
+    task.store.get = no_single_reads  # type: ignore[method-assign]
+    assert task.state_of("nobody") is None
+    state = task.state_of("s1")
+    assert state is not None
+    assert state == writer.state_of("s1")
+
+
+def test_step_6_drops_what_was_prefetched_before_the_store_changed(tmp_path: Path) -> None:
+    task = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
+    task.prefetch(["s1", "s2"])  # neither stored yet; s2 is not folded in this transaction
+    task.fold(intent("e1", [OUT], [U, C]), offset=0)
+    task.changelog_records()
+    task.persist()
+    reads: list[str] = []
+    single_read = task.store.get
+
+    def counted(session_id: str) -> bytes | None:
+        reads.append(session_id)
+        return single_read(session_id)
+
+    task.store.get = counted  # type: ignore[method-assign]
+    assert task.state_of("s2") is None
+    assert reads == ["s2"]  # read from the store as it is after step 6, not the batch's copy
