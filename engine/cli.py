@@ -169,6 +169,7 @@ def _run_engine(settings: Settings) -> int:
     import logging
 
     from engine.admin.topics import verify_topics
+    from engine.runtime.collector import Collector
     from engine.runtime.engine import Engine
     from engine.runtime.metrics import EngineMetrics, serve_health
     from engine.runtime.supervisor import parent_gone, restarts_before
@@ -183,8 +184,10 @@ def _run_engine(settings: Settings) -> int:
     metrics = EngineMetrics()
     metrics.engine_restarts.inc(restarts_before())
     server = serve_health(metrics, settings.metrics_port) if settings.metrics_port else None
-    engine = Engine(settings, metrics=metrics, watchdog=watchdog)
+    # The process's own collector policy; an Engine built in a test freezes nothing.
+    engine = Engine(settings, metrics=metrics, watchdog=watchdog, collector=Collector())
     engine.install_signal_handlers()
+    engine.tune_gc()
     try:
         engine.run()
     finally:

@@ -47,6 +47,7 @@ COMPILED: tuple[str, ...] = (
     "engine.core.digest",
     "engine.core.fold",
     "engine.core.intents",
+    "engine.core.members",
     "engine.core.open_write",
     "engine.core.parked",
     "engine.core.reconcile",

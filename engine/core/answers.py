@@ -17,8 +17,16 @@ from engine.core.events import (
     Decision,
     Reason,
     ResumeEvent,
-    TrailStep,
     Verdict,
+)
+from engine.core.members import (
+    CLS_NONE,
+    STEP_AUTHORITY,
+    STEP_CLASSIFICATION,
+    STEP_EVIDENCE,
+    STEP_OBSERVED,
+    STEP_WHY,
+    VERDICT_WITHHELD,
 )
 from engine.core.state import (
     LEASE_MS,
@@ -35,20 +43,20 @@ def withhold(
     suffix: AnswerSuffix,
     *,
     action: str | None = ACTION_REPAIR,
-    classification: Classification = Classification.NONE,
+    classification: Classification = CLS_NONE,
     alert: bool = False,
     observed: str = "",
 ) -> tuple[SessionState, Decision]:
     trail = make_trail(
-        (TrailStep.OBSERVED, observed or f"resume {event.checkpoint_id} by {event.runner_id}"),
-        (TrailStep.CLASSIFICATION, str(classification)),
-        (TrailStep.AUTHORITY, f"withheld; holder={state.holder} fence={state.fence_token}"),
-        (TrailStep.WHY, why),
+        (STEP_OBSERVED, observed or f"resume {event.checkpoint_id} by {event.runner_id}"),
+        (STEP_CLASSIFICATION, str(classification)),
+        (STEP_AUTHORITY, f"withheld; holder={state.holder} fence={state.fence_token}"),
+        (STEP_WHY, why),
     )
     return state, decide(
         state,
         event,
-        Verdict.WITHHELD,
+        VERDICT_WITHHELD,
         reason,
         trail=trail,
         classification=classification,
@@ -85,13 +93,13 @@ def grant(
     )
     trail = make_trail(
         (
-            TrailStep.OBSERVED,
+            STEP_OBSERVED,
             f"resume {event.checkpoint_id} by {event.runner_id}, tail {len(event.observed_tail)}",
         ),
-        (TrailStep.EVIDENCE, evidence(state.slot)),
-        (TrailStep.CLASSIFICATION, str(classification)),
-        (TrailStep.AUTHORITY, f"granted to {event.runner_id} with fence {fence}"),
-        (TrailStep.WHY, str(reason)),
+        (STEP_EVIDENCE, evidence(state.slot)),
+        (STEP_CLASSIFICATION, str(classification)),
+        (STEP_AUTHORITY, f"granted to {event.runner_id} with fence {fence}"),
+        (STEP_WHY, str(reason)),
     )
     return state, decide(
         state, event, verdict, reason, trail=trail, classification=classification, suffix=suffix

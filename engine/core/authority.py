@@ -8,6 +8,11 @@ from engine.core.decide import (
 from engine.core.events import (
     Reason,
 )
+from engine.core.members import (
+    REASON_NOT_HOLDER,
+    REASON_STALE_FENCE,
+    REASON_UNKNOWN_FENCE,
+)
 from engine.core.state import (
     LEASE_MS,
     SessionState,
@@ -20,14 +25,14 @@ def check_writer(
     """None when this runner may write under this token now; else why not."""
     if state.fence_token > 0:
         if fence_token is None or fence_token < state.fence_token:
-            return Reason.STALE_FENCE
+            return REASON_STALE_FENCE
         if fence_token > state.fence_token:
-            return Reason.UNKNOWN_FENCE
-        return None if runner_id == state.holder else Reason.NOT_HOLDER
+            return REASON_UNKNOWN_FENCE
+        return None if runner_id == state.holder else REASON_NOT_HOLDER
     if fence_token is not None:
-        return Reason.UNKNOWN_FENCE
+        return REASON_UNKNOWN_FENCE
     if state.holder not in (None, runner_id) and state.lease_active(at_ms):
-        return Reason.NOT_HOLDER
+        return REASON_NOT_HOLDER
     return None
 
 

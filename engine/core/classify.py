@@ -13,6 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.core.events import Classification
+from engine.core.members import (
+    CLS_AMBIGUOUS_BOTH,
+    CLS_CHANGED,
+    CLS_COMMITTED,
+    CLS_NOT_STARTED,
+    CLS_PARTIAL,
+    CLS_UNCHANGED,
+)
 
 
 def is_committed(observed: Sequence[str], before: Sequence[str], batch: Sequence[str]) -> bool:
@@ -63,23 +71,23 @@ def classify(
 ) -> Classification:
     """Classify an observed tail against a pending write, as SDK 0.24.0 does, plus PARTIAL."""
     if before is None and not append_acknowledged:
-        return Classification.NOT_STARTED
+        return CLS_NOT_STARTED
     before_list = list(before or [])
     committed = is_committed(observed, before_list, batch)
     if append_acknowledged:
-        return Classification.COMMITTED if committed else Classification.CHANGED
+        return CLS_COMMITTED if committed else CLS_CHANGED
     unchanged = is_unchanged(observed, before_list)
     if chunk_size is not None and len(batch) > chunk_size:
         if len(before_list) < len(batch) + 1:
             unchanged = unchanged and len(observed) == len(before_list)
         if chunk_partial(observed, before_list, batch, chunk_size):
-            return Classification.PARTIAL
+            return CLS_PARTIAL
     if committed and unchanged:
-        return Classification.AMBIGUOUS_BOTH
+        return CLS_AMBIGUOUS_BOTH
     if committed:
-        return Classification.COMMITTED
+        return CLS_COMMITTED
     if unchanged:
-        return Classification.UNCHANGED
+        return CLS_UNCHANGED
     if prefix_landed(observed, before_list, batch):
-        return Classification.PARTIAL
-    return Classification.CHANGED
+        return CLS_PARTIAL
+    return CLS_CHANGED

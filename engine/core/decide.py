@@ -19,6 +19,14 @@ from engine.core.events import (
     TrailStep,
     Verdict,
 )
+from engine.core.members import (
+    FENCE_ADVISORY,
+    FENCE_STORE_ENFORCED,
+    REASON_HELD_RIDES,
+    RUNNER_NONE,
+    RUNNER_RELEASE_HELD,
+    VERDICT_CONTINUE,
+)
 from engine.core.state import (
     RECENT_EVENT_IDS,
     IntentSlot,
@@ -38,16 +46,8 @@ ACTION_LOST_INTENT = (
 )
 ACTION_BINDING = "Resume against the backend, namespace and digest scheme the session is bound to."
 
-# Every decision reads these. Under Python 3.11 reading a member off its enum class costs ~80 ns
-# (EnumType defines __getattr__, which sends every class attribute through the slow path), a
-# Final name is a static in the compiled build: decide and action_of read none off the class.
+# Looked up at every decision, instead of reading members off enum classes (`members`: why).
 _GRANTING: Final = GRANTING_VERDICTS
-_STORE_ENFORCED: Final = Fence.STORE_ENFORCED
-_ADVISORY: Final = Fence.ADVISORY
-_CONTINUE: Final = Verdict.CONTINUE
-_HELD_RIDES: Final = Reason.HELD_RIDES
-_RELEASE_HELD: Final = RunnerAction.RELEASE_HELD
-_NO_ACTION: Final = RunnerAction.NONE
 _ACTION_OF_VERDICT: Final[dict[Verdict, RunnerAction]] = {
     Verdict.APPEND_ONCE: RunnerAction.APPEND_ONCE,
     Verdict.CONTINUE: RunnerAction.DO_NOT_REPLAY,  # RELEASE_HELD for HELD_RIDES (action_of)
@@ -98,7 +98,7 @@ def decide(
 ) -> Decision:
     fence: Fence | None = None
     if verdict in _GRANTING and state.binding is not None:
-        fence = _STORE_ENFORCED if state.binding.store_enforces_fence else _ADVISORY
+        fence = FENCE_STORE_ENFORCED if state.binding.store_enforces_fence else FENCE_ADVISORY
     return Decision(
         decision_id=event.event_id + suffix,
         session_id=state.session_id,
@@ -120,9 +120,9 @@ def decide(
 
 def action_of(verdict: Verdict, reason: Reason) -> RunnerAction:
     """The runner action a verdict and reason stand for (README: "Runner actions")."""
-    if verdict is _CONTINUE and reason is _HELD_RIDES:
-        return _RELEASE_HELD
-    return _ACTION_OF_VERDICT.get(verdict, _NO_ACTION)
+    if verdict is VERDICT_CONTINUE and reason is REASON_HELD_RIDES:
+        return RUNNER_RELEASE_HELD
+    return _ACTION_OF_VERDICT.get(verdict, RUNNER_NONE)
 
 
 def with_(state: SessionState, **changes: Any) -> SessionState:

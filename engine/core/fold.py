@@ -82,8 +82,8 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
     if event.event_id in state.recent_event_ids:
         return FoldResult(state, (_answer_duplicate(state, event),))
     remembered = _remember(state, event.event_id)
-    # Draining and expiring only look at waiting inputs; with none (almost every event) they
-    # are skipped, which is a third of the fold's time.
+    # Draining and expiring only look at waiting inputs: with none (almost every event) they
+    # would find nothing, so they are not called.
     settled: list[Decision] = []
     if _waiting(remembered):
         # Writes that waited too long for an input of another topic are judged before this

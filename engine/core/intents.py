@@ -15,18 +15,39 @@ from engine.core.digest import has_outputs, orphan_outputs
 from engine.core.events import (
     Decision,
     IntentEvent,
-    IntentKind,
-    Reason,
-    TrailStep,
-    Verdict,
+)
+from engine.core.members import (
+    HEALTH_CLEAR,
+    HEALTH_VIOLATED,
+    KIND_HELD,
+    KIND_REGISTER,
+    KIND_RELEASE,
+    REASON_ACCEPTED,
+    REASON_BINDING_MISMATCH,
+    REASON_DUPLICATE,
+    REASON_HELD_LOSS,
+    REASON_INTENT_CONFLICT,
+    REASON_INVALID,
+    REASON_ORPHAN_OUTPUT,
+    REASON_SESSION_AMBIGUOUS,
+    REASON_SESSION_VIOLATED,
+    REASON_SETTLE_ORDER,
+    REASON_SLOT_OCCUPIED,
+    REASON_STALE_CHECKPOINT,
+    REASON_UNKNOWN_INTENT,
+    SLOT_APPEND_GRANTED,
+    SLOT_DISCARDED,
+    SLOT_HELD,
+    SLOT_PENDING,
+    STEP_ALERT,
+    STEP_OBSERVED,
+    VERDICT_RECORDED,
 )
 from engine.core.state import (
     LEASE_MS,
     UNRESOLVED,
-    Health,
     IntentSlot,
     SessionState,
-    SlotStatus,
 )
 
 
@@ -37,43 +58,43 @@ def fold_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, 
 
 def _apply_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, Decision]:
     if state.binding is not None and event.binding != state.binding:
-        return state, reject(state, event, Reason.BINDING_MISMATCH, "intent points elsewhere")
+        return state, reject(state, event, REASON_BINDING_MISMATCH, "intent points elsewhere")
     slot = state.slot
     same = slot is not None and slot.intent_id == event.intent_id
     rearm = same and slot is not None and _opens_attempt(state, slot, event)
     if same and slot is not None and _is_repeat(slot, event) and not rearm:
-        return state, decide(state, event, Verdict.RECORDED, Reason.DUPLICATE)
+        return state, decide(state, event, VERDICT_RECORDED, REASON_DUPLICATE)
     refusal = check_writer(state, event.runner_id, event.fence_token, event.event_time_ms)
     if refusal is not None:
         return state, reject(state, event, refusal, f"writer {event.runner_id} lacks authority")
-    if state.health is not Health.CLEAR and event.kind in (IntentKind.REGISTER, IntentKind.HELD):
-        reason = Reason.SESSION_AMBIGUOUS
-        if state.health is Health.VIOLATED:
-            reason = Reason.SESSION_VIOLATED
+    if state.health is not HEALTH_CLEAR and event.kind in (KIND_REGISTER, KIND_HELD):
+        reason = REASON_SESSION_AMBIGUOUS
+        if state.health is HEALTH_VIOLATED:
+            reason = REASON_SESSION_VIOLATED
         return state, reject(state, event, reason, "session needs repair before new writes")
     if event.sequence < state.progress_sequence and not same:
-        return state, reject(state, event, Reason.STALE_CHECKPOINT, "sequence behind session")
-    if event.kind is IntentKind.REGISTER:
+        return state, reject(state, event, REASON_STALE_CHECKPOINT, "sequence behind session")
+    if event.kind is KIND_REGISTER:
         return _register(state, event)
-    if event.kind is IntentKind.HELD:
+    if event.kind is KIND_HELD:
         return _hold(state, event)
-    if slot is None or not same or slot.status is not SlotStatus.HELD:
-        return state, reject(state, event, Reason.UNKNOWN_INTENT, "no held batch with this id")
-    if event.kind is IntentKind.RELEASE:
+    if slot is None or not same or slot.status is not SLOT_HELD:
+        return state, reject(state, event, REASON_UNKNOWN_INTENT, "no held batch with this id")
+    if event.kind is KIND_RELEASE:
         return _release(state, event, slot)
     return _discard(state, event, slot)
 
 
 def _is_repeat(slot: IntentSlot, event: IntentEvent) -> bool:
-    kind_matches = (event.kind is IntentKind.HELD) == slot.held or (
-        event.kind is IntentKind.REGISTER and not slot.held
+    kind_matches = (event.kind is KIND_HELD) == slot.held or (
+        event.kind is KIND_REGISTER and not slot.held
     )
     return (
         kind_matches
-        and event.kind in (IntentKind.REGISTER, IntentKind.HELD)
+        and event.kind in (KIND_REGISTER, KIND_HELD)
         and slot.items == event.items
         and slot.before == event.before
-        and slot.status is not SlotStatus.DISCARDED
+        and slot.status is not SLOT_DISCARDED
     )
 
 
@@ -90,11 +111,11 @@ def awaits_failure(state: SessionState, event: IntentEvent) -> bool:
     slot = state.slot
     return (
         slot is not None
-        and event.kind is IntentKind.REGISTER
+        and event.kind is KIND_REGISTER
         and slot.intent_id == event.intent_id
         and _is_repeat(slot, event)
         and not slot.held
-        and slot.status is SlotStatus.PENDING
+        and slot.status is SLOT_PENDING
         and event.runner_id == state.holder
         and (event.fence_token or 0) == state.fence_token
         and not (
@@ -121,12 +142,12 @@ def _opens_attempt(state: SessionState, slot: IntentSlot, event: IntentEvent) ->
     NOT_WRITTEN must not make this attempt's COMMITTED ack look ambiguous.
     """
     return (
-        event.kind is IntentKind.REGISTER
+        event.kind is KIND_REGISTER
         and not slot.held
-        and slot.status in (SlotStatus.PENDING, SlotStatus.APPEND_GRANTED)
+        and slot.status in (SLOT_PENDING, SLOT_APPEND_GRANTED)
         and event.runner_id == state.holder
         and (event.fence_token or 0) == state.fence_token
-        and (slot.status is SlotStatus.APPEND_GRANTED or slot.not_written)
+        and (slot.status is SLOT_APPEND_GRANTED or slot.not_written)
         and not (slot.committed_by_store or slot.committed_by_runner or slot.partial_seen)
     )
 
@@ -150,24 +171,22 @@ def _accepted(state: SessionState, event: IntentEvent, slot: IntentSlot) -> Sess
 def _register(state: SessionState, event: IntentEvent) -> tuple[SessionState, Decision]:
     slot = state.slot
     if not event.items:
-        return state, reject(state, event, Reason.INVALID, "an intent needs a non-empty batch")
-    trail = make_trail(
-        (TrailStep.OBSERVED, f"register {event.intent_id}: {len(event.items)} items")
-    )
+        return state, reject(state, event, REASON_INVALID, "an intent needs a non-empty batch")
+    trail = make_trail((STEP_OBSERVED, f"register {event.intent_id}: {len(event.items)} items"))
     if slot is not None and slot.intent_id == event.intent_id:
         if slot.held or slot.items != event.items or slot.before not in (None, event.before):
-            return state, reject(state, event, Reason.INTENT_CONFLICT, "intent id reused")
+            return state, reject(state, event, REASON_INTENT_CONFLICT, "intent id reused")
         # The same intent armed with its before digests (or re-armed by the granted holder).
         update: dict[str, object] = {"before": event.before}
         if _opens_attempt(state, slot, event):
             update.update(not_written=False, committed_by_store=False, committed_by_runner=False)
-            trail = make_trail((TrailStep.OBSERVED, f"re-armed {event.intent_id}: new attempt"))
+            trail = make_trail((STEP_OBSERVED, f"re-armed {event.intent_id}: new attempt"))
         new_slot = replace(slot, **update)
         return _accepted(state, event, new_slot), decide(
-            state, event, Verdict.RECORDED, Reason.ACCEPTED, trail=trail
+            state, event, VERDICT_RECORDED, REASON_ACCEPTED, trail=trail
         )
-    if slot is not None and slot.status is SlotStatus.HELD:
-        return state, reject(state, event, Reason.SLOT_OCCUPIED, "a held batch stands")
+    if slot is not None and slot.status is SLOT_HELD:
+        return state, reject(state, event, REASON_SLOT_OCCUPIED, "a held batch stands")
     # A newer intent from the writer means its previous append returned (the runner only moves
     # on after success or a granted reconciliation): the superseded slot is resolved.
     new_slot = IntentSlot(
@@ -175,42 +194,40 @@ def _register(state: SessionState, event: IntentEvent) -> tuple[SessionState, De
         runner_id=event.runner_id,
         sequence=event.sequence,
         held=False,
-        status=SlotStatus.PENDING,
+        status=SLOT_PENDING,
         before=event.before,
         items=event.items,
         persisted_count=event.persisted_count,
     )
     new_state = _accepted(state, event, new_slot)
-    return new_state, decide(new_state, event, Verdict.RECORDED, Reason.ACCEPTED, trail=trail)
+    return new_state, decide(new_state, event, VERDICT_RECORDED, REASON_ACCEPTED, trail=trail)
 
 
 def _hold(state: SessionState, event: IntentEvent) -> tuple[SessionState, Decision]:
     slot = state.slot
     if not event.items or event.before is not None:
-        return state, reject(state, event, Reason.INVALID, "a held batch has items, no before")
+        return state, reject(state, event, REASON_INVALID, "a held batch has items, no before")
     # A later write supersedes an ordinary one, as for REGISTER: the writer moved on, so its
     # append returned (its ack may simply not be folded yet).
     ordinary = slot is not None and slot.status in UNRESOLVED and not slot.held
     if ordinary and slot is not None and event.sequence <= slot.sequence:
-        return state, reject(state, event, Reason.SLOT_OCCUPIED, "an ordinary write stands")
+        return state, reject(state, event, REASON_SLOT_OCCUPIED, "an ordinary write stands")
     # A re-park replaces the standing held batch with its superset (one canonical batch).
     superset = slot is None or event.items[: len(slot.items)] == slot.items
-    if slot is not None and slot.status is SlotStatus.HELD and not superset:
-        return state, reject(state, event, Reason.INTENT_CONFLICT, "re-park is no superset")
+    if slot is not None and slot.status is SLOT_HELD and not superset:
+        return state, reject(state, event, REASON_INTENT_CONFLICT, "re-park is no superset")
     new_slot = IntentSlot(
         intent_id=event.intent_id,
         runner_id=event.runner_id,
         sequence=event.sequence,
         held=True,
-        status=SlotStatus.HELD,
+        status=SLOT_HELD,
         items=event.items,
         persisted_count=event.persisted_count,
     )
     new_state = _accepted(state, event, new_slot)
-    trail = make_trail(
-        (TrailStep.OBSERVED, f"held batch {event.intent_id}: {len(event.items)} items")
-    )
-    return new_state, decide(new_state, event, Verdict.RECORDED, Reason.ACCEPTED, trail=trail)
+    trail = make_trail((STEP_OBSERVED, f"held batch {event.intent_id}: {len(event.items)} items"))
+    return new_state, decide(new_state, event, VERDICT_RECORDED, REASON_ACCEPTED, trail=trail)
 
 
 def _release(
@@ -218,41 +235,39 @@ def _release(
 ) -> tuple[SessionState, Decision]:
     if event.items[: len(slot.items)] != slot.items:
         why = "a settle must carry the held batch first, in order"
-        return state, reject(state, event, Reason.SETTLE_ORDER, why)
+        return state, reject(state, event, REASON_SETTLE_ORDER, why)
     orphans = orphan_outputs(event.items)
     if orphans:
         ids = ", ".join(sorted({str(o.call_id) for o in orphans}))
-        return state, reject(state, event, Reason.ORPHAN_OUTPUT, f"outputs without calls: {ids}")
+        return state, reject(state, event, REASON_ORPHAN_OUTPUT, f"outputs without calls: {ids}")
     new_slot = replace(
         slot,
         held=False,
-        status=SlotStatus.PENDING,
+        status=SLOT_PENDING,
         items=event.items,
         before=event.before,
         persisted_count=event.persisted_count,
         sequence=max(slot.sequence, event.sequence),
     )
     new_state = _accepted(state, event, new_slot)
-    trail = make_trail(
-        (TrailStep.OBSERVED, f"held batch released as a {len(event.items)}-item settle")
-    )
-    return new_state, decide(new_state, event, Verdict.RECORDED, Reason.ACCEPTED, trail=trail)
+    trail = make_trail((STEP_OBSERVED, f"held batch released as a {len(event.items)}-item settle"))
+    return new_state, decide(new_state, event, VERDICT_RECORDED, REASON_ACCEPTED, trail=trail)
 
 
 def _discard(
     state: SessionState, event: IntentEvent, slot: IntentSlot
 ) -> tuple[SessionState, Decision]:
-    new_slot = replace(slot, status=SlotStatus.DISCARDED)
+    new_slot = replace(slot, status=SLOT_DISCARDED)
     new_state = _accepted(state, event, new_slot)
     if event.tools_ran or has_outputs(slot.items):
         why = "held batch discarded after its tools ran: their calls and outputs are lost"
         return new_state, decide(
             new_state,
             event,
-            Verdict.RECORDED,
-            Reason.HELD_LOSS,
-            trail=make_trail((TrailStep.ALERT, why)),
+            VERDICT_RECORDED,
+            REASON_HELD_LOSS,
+            trail=make_trail((STEP_ALERT, why)),
             action="Re-create the lost call/output pair in the Session or accept the loss.",
             alert=True,
         )
-    return new_state, decide(new_state, event, Verdict.RECORDED, Reason.ACCEPTED)
+    return new_state, decide(new_state, event, VERDICT_RECORDED, REASON_ACCEPTED)

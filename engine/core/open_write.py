@@ -12,18 +12,31 @@ from engine.core.decide import (
 )
 from engine.core.events import (
     AnswerSuffix,
-    Classification,
     Decision,
     PendingRecord,
-    Reason,
     ResumeEvent,
-    Verdict,
+)
+from engine.core.members import (
+    CLS_COMMITTED,
+    CLS_NOT_STARTED,
+    CLS_PARTIAL,
+    CLS_UNCHANGED,
+    HEALTH_AMBIGUOUS,
+    REASON_AMBIGUOUS,
+    REASON_APPEND_NOT_STARTED,
+    REASON_COMMITTED,
+    REASON_CONTENT_NOT_AUTHORSHIP,
+    REASON_DIGEST_UNSTABLE,
+    REASON_PARTIAL_COMMIT,
+    REASON_UNCHANGED,
+    SLOT_APPEND_GRANTED,
+    SLOT_COMMITTED,
+    VERDICT_APPEND_ONCE,
+    VERDICT_CONTINUE,
 )
 from engine.core.state import (
-    Health,
     IntentSlot,
     SessionState,
-    SlotStatus,
 )
 
 
@@ -35,7 +48,7 @@ def new_attempt(slot: IntentSlot) -> IntentSlot:
     """
     return replace(
         slot,
-        status=SlotStatus.APPEND_GRANTED,
+        status=SLOT_APPEND_GRANTED,
         not_written=False,
         committed_by_store=False,
         committed_by_runner=False,
@@ -70,8 +83,8 @@ def classify_open(
         f"tail of {len(event.observed_tail)} digests vs "
         f"before {len(pending.before or [])} + batch {len(slot.items)}"
     )
-    if claimed and cls is not Classification.COMMITTED:
-        ambiguous = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.AMBIGUOUS)
+    if claimed and cls is not CLS_COMMITTED:
+        ambiguous = with_(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_AMBIGUOUS)
         why = (
             "the checkpoint claims the append was acknowledged, the engine folded no committed "
             "ack for this attempt and the tail does not prove it"
@@ -79,45 +92,45 @@ def classify_open(
         return withhold(
             ambiguous,
             event,
-            Reason.AMBIGUOUS,
+            REASON_AMBIGUOUS,
             why,
             suffix,
             classification=cls,
             alert=True,
             observed=observed,
         )
-    if cls is Classification.NOT_STARTED:
+    if cls is CLS_NOT_STARTED:
         return grant(
             state,
             event,
             position,
-            Verdict.APPEND_ONCE,
-            Reason.APPEND_NOT_STARTED,
+            VERDICT_APPEND_ONCE,
+            REASON_APPEND_NOT_STARTED,
             cls,
             suffix,
             new_attempt(slot),
         )
-    if cls is Classification.COMMITTED:
+    if cls is CLS_COMMITTED:
         if slot.not_written:
             why = "tail matches the batch but the append definitively failed: not our authorship"
             return withhold(
                 state,
                 event,
-                Reason.CONTENT_NOT_AUTHORSHIP,
+                REASON_CONTENT_NOT_AUTHORSHIP,
                 why,
                 suffix,
                 classification=cls,
                 alert=True,
                 observed=observed,
             )
-        committed = replace(slot, status=SlotStatus.COMMITTED)
+        committed = replace(slot, status=SLOT_COMMITTED)
         return grant(
-            state, event, position, Verdict.CONTINUE, Reason.COMMITTED, cls, suffix, committed
+            state, event, position, VERDICT_CONTINUE, REASON_COMMITTED, cls, suffix, committed
         )
     binding = state.binding
     unstable = binding is not None and not binding.items_digest_stable
-    if cls is Classification.UNCHANGED and binding and unstable and not slot.not_written:
-        ambiguous = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.DIGEST_UNSTABLE)
+    if cls is CLS_UNCHANGED and binding and unstable and not slot.not_written:
+        ambiguous = with_(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_DIGEST_UNSTABLE)
         why = (
             f"backend {binding.backend_id} does not store items that digest like the appended "
             "ones: an unchanged-looking tail is no evidence the batch is absent"
@@ -125,27 +138,27 @@ def classify_open(
         return withhold(
             ambiguous,
             event,
-            Reason.DIGEST_UNSTABLE,
+            REASON_DIGEST_UNSTABLE,
             why,
             suffix,
             classification=cls,
             alert=True,
             observed=observed,
         )
-    if cls is Classification.UNCHANGED:
+    if cls is CLS_UNCHANGED:
         return grant(
             state,
             event,
             position,
-            Verdict.APPEND_ONCE,
-            Reason.UNCHANGED,
+            VERDICT_APPEND_ONCE,
+            REASON_UNCHANGED,
             cls,
             suffix,
             new_attempt(slot),
         )
-    reason = Reason.PARTIAL_COMMIT if cls is Classification.PARTIAL else Reason.AMBIGUOUS
-    new_slot = replace(slot, partial_seen=slot.partial_seen or cls is Classification.PARTIAL)
-    ambiguous = with_(state, slot=new_slot, health=Health.AMBIGUOUS, health_reason=reason)
+    reason = REASON_PARTIAL_COMMIT if cls is CLS_PARTIAL else REASON_AMBIGUOUS
+    new_slot = replace(slot, partial_seen=slot.partial_seen or cls is CLS_PARTIAL)
+    ambiguous = with_(state, slot=new_slot, health=HEALTH_AMBIGUOUS, health_reason=reason)
     why = "history changed or is ambiguous: neither or both of committed/unchanged hold"
     return withhold(
         ambiguous, event, reason, why, suffix, classification=cls, alert=True, observed=observed

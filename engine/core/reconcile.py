@@ -11,19 +11,37 @@ from engine.core.decide import (
 from engine.core.errors import CoreError
 from engine.core.events import (
     AnswerSuffix,
-    Classification,
     Decision,
-    Reason,
     ResumeEvent,
-    Verdict,
+)
+from engine.core.members import (
+    CLS_NONE,
+    HEALTH_AMBIGUOUS,
+    HEALTH_VIOLATED,
+    REASON_ABANDONED,
+    REASON_ACCEPTED_ABSENT,
+    REASON_COMMITTED_BY_STORE,
+    REASON_GATE_VIOLATION,
+    REASON_HELD_NOT_SETTLED,
+    REASON_HELD_RIDES,
+    REASON_HISTORY_CHANGED,
+    REASON_KNOWN_COMMITTED,
+    REASON_NO_PENDING_WRITE,
+    REASON_RECORD_MISMATCH,
+    REASON_STALE_CHECKPOINT,
+    SLOT_ABANDONED,
+    SLOT_ABSENT,
+    SLOT_COMMITTED,
+    SLOT_DISCARDED,
+    SLOT_HELD,
+    VERDICT_APPEND_ONCE,
+    VERDICT_CONTINUE,
 )
 from engine.core.open_write import classify_open, new_attempt
 from engine.core.state import (
     UNRESOLVED,
-    Health,
     IntentSlot,
     SessionState,
-    SlotStatus,
 )
 
 
@@ -31,7 +49,7 @@ def record_matches(slot: IntentSlot, event: ResumeEvent) -> bool:
     pending = event.pending
     if pending is None:
         raise CoreError("record check needs a pending record")
-    if pending.items != slot.items or pending.held != (slot.status is SlotStatus.HELD):
+    if pending.items != slot.items or pending.held != (slot.status is SLOT_HELD):
         return False
     if slot.persisted_count is not None and pending.persisted_count != slot.persisted_count:
         return False
@@ -64,11 +82,11 @@ def _history_changed(
     Evidence about our batch says nothing about who else wrote (popped, rewrote, re-appended or
     appended after it): "do not replay" could lose output or hide a second writer.
     """
-    ambiguous = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.HISTORY_CHANGED)
+    ambiguous = with_(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_HISTORY_CHANGED)
     why = "the append was acknowledged committed, but the tail is no longer before + batch"
     observed = f"tail of {len(event.observed_tail)} digests; {evidence(slot)}"
     return withhold(
-        ambiguous, event, Reason.HISTORY_CHANGED, why, suffix, alert=True, observed=observed
+        ambiguous, event, REASON_HISTORY_CHANGED, why, suffix, alert=True, observed=observed
     )
 
 
@@ -79,52 +97,50 @@ def reconcile(
     if pending is None:
         if slot is not None and slot.status in UNRESOLVED:
             why = f"the checkpoint carries no pending write but intent {slot.intent_id} is open"
-            reason = Reason.HELD_NOT_SETTLED if slot.held else Reason.RECORD_MISMATCH
+            reason = REASON_HELD_NOT_SETTLED if slot.held else REASON_RECORD_MISMATCH
             return withhold(state, event, reason, why, suffix, alert=slot.held)
         return grant(
             state,
             event,
             position,
-            Verdict.CONTINUE,
-            Reason.NO_PENDING_WRITE,
-            Classification.NONE,
+            VERDICT_CONTINUE,
+            REASON_NO_PENDING_WRITE,
+            CLS_NONE,
             suffix,
         )
     if slot is None:  # fold_resume parks every resume naming an unknown intent
         raise CoreError("reconcile reached without an intent slot", session_id=state.session_id)
     if pending.intent_id != slot.intent_id:
         why = f"the checkpoint names superseded intent {pending.intent_id}"
-        return withhold(state, event, Reason.STALE_CHECKPOINT, why, suffix, action=ACTION_NEWER)
+        return withhold(state, event, REASON_STALE_CHECKPOINT, why, suffix, action=ACTION_NEWER)
     if not record_matches(slot, event):
         why = "the checkpoint's pending-write record disagrees with the registered intent"
-        return withhold(state, event, Reason.RECORD_MISMATCH, why, suffix, alert=True)
-    if slot.status is SlotStatus.HELD:
+        return withhold(state, event, REASON_RECORD_MISMATCH, why, suffix, alert=True)
+    if slot.status is SLOT_HELD:
         tail = event.observed_tail
         if len(tail) >= len(slot.items) and tail[-len(slot.items) :] == slot.batch:
-            violated = with_(state, health=Health.VIOLATED, health_reason=Reason.GATE_VIOLATION)
+            violated = with_(state, health=HEALTH_VIOLATED, health_reason=REASON_GATE_VIOLATION)
             why = "the held batch is already in the Session before its release"
-            return withhold(violated, event, Reason.GATE_VIOLATION, why, suffix, alert=True)
-        return grant(
-            state, event, position, Verdict.CONTINUE, Reason.HELD_RIDES, Classification.NONE, suffix
-        )
-    if slot.status in (SlotStatus.DISCARDED, SlotStatus.ABANDONED):
+            return withhold(violated, event, REASON_GATE_VIOLATION, why, suffix, alert=True)
+        return grant(state, event, position, VERDICT_CONTINUE, REASON_HELD_RIDES, CLS_NONE, suffix)
+    if slot.status in (SLOT_DISCARDED, SLOT_ABANDONED):
         why = f"intent {slot.intent_id} was {slot.status.lower()}"
-        return withhold(state, event, Reason.ABANDONED, why, suffix, action=ACTION_NEWER)
-    if slot.status is SlotStatus.COMMITTED:
+        return withhold(state, event, REASON_ABANDONED, why, suffix, action=ACTION_NEWER)
+    if slot.status is SLOT_COMMITTED:
         if (slot.committed_by_store or slot.committed_by_runner) and not _tail_ends_with_batch(
             state, slot, event
         ):
             return _history_changed(state, event, suffix, slot)
-        reason = Reason.COMMITTED_BY_STORE if slot.committed_by_store else Reason.KNOWN_COMMITTED
-        return grant(state, event, position, Verdict.CONTINUE, reason, Classification.NONE, suffix)
-    if slot.status is SlotStatus.ABSENT:
+        reason = REASON_COMMITTED_BY_STORE if slot.committed_by_store else REASON_KNOWN_COMMITTED
+        return grant(state, event, position, VERDICT_CONTINUE, reason, CLS_NONE, suffix)
+    if slot.status is SLOT_ABSENT:
         return grant(
             state,
             event,
             position,
-            Verdict.APPEND_ONCE,
-            Reason.ACCEPTED_ABSENT,
-            Classification.NONE,
+            VERDICT_APPEND_ONCE,
+            REASON_ACCEPTED_ABSENT,
+            CLS_NONE,
             suffix,
             new_attempt(slot),
         )

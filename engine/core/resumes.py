@@ -17,15 +17,29 @@ from engine.core.events import (
     Decision,
     Reason,
     ResumeEvent,
-    TrailStep,
-    Verdict,
+)
+from engine.core.members import (
+    HEALTH_CLEAR,
+    HEALTH_VIOLATED,
+    REASON_AWAITING_INTENT,
+    REASON_BINDING_MISMATCH,
+    REASON_CHECKPOINT_ALREADY_RESUMED,
+    REASON_HELD_BY_OTHER,
+    REASON_INTENT_NEVER_ARRIVED,
+    REASON_PARKED_OVERFLOW,
+    REASON_SESSION_AMBIGUOUS,
+    REASON_SESSION_VIOLATED,
+    REASON_STALE_CHECKPOINT,
+    STEP_WHY,
+    SUFFIX_FINAL,
+    SUFFIX_FIRST,
+    VERDICT_DEFERRED,
 )
 from engine.core.reconcile import reconcile
 from engine.core.state import (
     PARK_MS,
     PARKED_LIMIT,
     UNRESOLVED,
-    Health,
     ParkedResume,
     SessionState,
 )
@@ -38,12 +52,12 @@ def fold_resume(
     if foreign is not None and foreign != event.session_id:
         why = f"the checkpoint belongs to session {foreign}, not to {event.session_id}"
         new_state, decision = withhold(
-            state, event, Reason.BINDING_MISMATCH, why, AnswerSuffix.FIRST, action=ACTION_BINDING
+            state, event, REASON_BINDING_MISMATCH, why, SUFFIX_FIRST, action=ACTION_BINDING
         )
         return new_state, [decision]
     if awaits(state, event):
         return _park(state, event, position)
-    new_state, decision = evaluate_resume(state, event, position, AnswerSuffix.FIRST)
+    new_state, decision = evaluate_resume(state, event, position, SUFFIX_FIRST)
     return new_state, [decision]
 
 
@@ -83,16 +97,16 @@ def _park(
         decide(
             state,
             event,
-            Verdict.DEFERRED,
-            Reason.AWAITING_INTENT,
-            trail=make_trail((TrailStep.WHY, why)),
+            VERDICT_DEFERRED,
+            REASON_AWAITING_INTENT,
+            trail=make_trail((STEP_WHY, why)),
             final=False,
         )
     ]
     new_state = with_(state, parked_resumes=kept)
     for old in evicted:
         why = f"more than {PARKED_LIMIT} resumes wait for unregistered intents; oldest answered"
-        decisions.append(_final_withhold(new_state, old.resume, Reason.PARKED_OVERFLOW, why))
+        decisions.append(_final_withhold(new_state, old.resume, REASON_PARKED_OVERFLOW, why))
     return new_state, decisions
 
 
@@ -110,7 +124,7 @@ def expire_parked(state: SessionState, at_ms: int) -> tuple[SessionState, list[D
     new_state = with_(state, parked_resumes=[p for p in state.parked_resumes if p not in overdue])
     why = f"its intent did not arrive within {PARK_MS} ms of event time"
     return new_state, [
-        _final_withhold(new_state, p.resume, Reason.INTENT_NEVER_ARRIVED, why) for p in overdue
+        _final_withhold(new_state, p.resume, REASON_INTENT_NEVER_ARRIVED, why) for p in overdue
     ]
 
 
@@ -120,7 +134,7 @@ def _final_withhold(state: SessionState, event: ResumeEvent, reason: Reason, why
         event,
         reason,
         why,
-        AnswerSuffix.FINAL,
+        SUFFIX_FINAL,
         action=ACTION_LOST_INTENT,
         alert=True,
     )[1]
@@ -132,29 +146,29 @@ def evaluate_resume(
     at = event.event_time_ms
     if state.binding is not None and event.binding != state.binding:
         why = "the resume's backend/namespace/digest scheme differs from the session's binding"
-        return withhold(state, event, Reason.BINDING_MISMATCH, why, suffix, action=ACTION_BINDING)
-    if state.health is not Health.CLEAR:
+        return withhold(state, event, REASON_BINDING_MISMATCH, why, suffix, action=ACTION_BINDING)
+    if state.health is not HEALTH_CLEAR:
         reason = (
-            Reason.SESSION_VIOLATED if state.health is Health.VIOLATED else Reason.SESSION_AMBIGUOUS
+            REASON_SESSION_VIOLATED if state.health is HEALTH_VIOLATED else REASON_SESSION_AMBIGUOUS
         )
         why = f"session is {state.health} ({state.health_reason}); only a repair clears it"
         return withhold(state, event, reason, why, suffix)
     if state.granted_checkpoint_id == event.checkpoint_id:
         if state.lease_active(at) and state.holder != event.runner_id:
             why = f"checkpoint already granted to {state.holder} (fence {state.fence_token})"
-            return withhold(state, event, Reason.HELD_BY_OTHER, why, suffix, action=ACTION_WAIT)
+            return withhold(state, event, REASON_HELD_BY_OTHER, why, suffix, action=ACTION_WAIT)
         why = "this checkpoint was already resumed once; its copies may not run again"
         return withhold(
-            state, event, Reason.CHECKPOINT_ALREADY_RESUMED, why, suffix, action=ACTION_NEWER
+            state, event, REASON_CHECKPOINT_ALREADY_RESUMED, why, suffix, action=ACTION_NEWER
         )
     if event.checkpoint_sequence < state.progress_sequence:
         why = (
             f"checkpoint knew write {event.checkpoint_sequence}, "
             f"session reached {state.progress_sequence}"
         )
-        return withhold(state, event, Reason.STALE_CHECKPOINT, why, suffix, action=ACTION_NEWER)
+        return withhold(state, event, REASON_STALE_CHECKPOINT, why, suffix, action=ACTION_NEWER)
     if state.lease_active(at) and state.holder != event.runner_id:
         why = f"{state.holder} holds authority (fence {state.fence_token})"
         why += f" until {state.lease_expires_ms} ms"
-        return withhold(state, event, Reason.HELD_BY_OTHER, why, suffix, action=ACTION_WAIT)
+        return withhold(state, event, REASON_HELD_BY_OTHER, why, suffix, action=ACTION_WAIT)
     return reconcile(state, event, position, suffix)

@@ -337,6 +337,8 @@ class CommitLoop(EngineState):
             for task in committing:  # step 6
                 task.persist()
         stage.labels(stage="persist").observe(time.monotonic() - done)
+        if self.collector is not None:  # freeze what this commit left alive (collector.py)
+            self.collector.committed(time.monotonic())
         self.metrics.sessions_stale = True
 
     def _abort(self, txn: Transaction, why: str) -> None:

@@ -22,6 +22,7 @@ from confluent_kafka import KafkaException
 
 from engine import compiled
 from engine.runtime.clients import ClientFactory, ConsumerLike
+from engine.runtime.collector import Collector
 from engine.runtime.memory import tune_gc
 from engine.runtime.metrics import EngineMetrics
 from engine.runtime.rebalance import Rebalancing
@@ -52,11 +53,19 @@ class Engine(Rebalancing):
         clients: ClientFactory | None = None,
         watchdog: Watchdog | None = None,
         pause: Callable[[float], None] | None = None,
+        collector: Collector | None = None,
     ) -> None:
         super().__init__(settings, codec=codec, metrics=metrics, clients=clients, watchdog=watchdog)
+        self.collector = collector
         self.backoff = Backoff(initial_s=REJOIN_INITIAL_S, max_s=settings.rejoin_backoff_max_s)
         self.pause = pause or self._pause_unless_stopped
         self.rejoins = 0  # rejoins in this process (the log's counter)
+
+    def tune_gc(self) -> None:
+        """The process's garbage collector policy (settings.gc_gen0_threshold): `reconciler
+        run` calls it, an engine embedded in another process (tests, the demo) leaves it be."""
+        tune_gc(self.settings.gc_gen0_threshold)
+        self.freeze_after_restore = self.settings.gc_gen0_threshold > 0
 
     def install_signal_handlers(self) -> None:
         def on_term(signum: int, frame: FrameType | None) -> None:
@@ -75,7 +84,6 @@ class Engine(Rebalancing):
         rejoins fail in a row; stop() ends it."""
         # A wheel or image without the extensions runs the sources at about twice the CPU.
         log.info("hot path: %s (engine/compiled.py)", compiled.mode())
-        tune_gc(self.settings.gc_gen0_threshold)
         failures = 0  # rejoins in a row with no committed transaction in between
         while not self._stopping:
             if failures:

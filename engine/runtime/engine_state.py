@@ -12,6 +12,7 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 from engine.core.events import Event
 from engine.runtime.assignment import Assignment
 from engine.runtime.clients import ClientFactory, ConsumerLike, KafkaClients
+from engine.runtime.collector import Collector
 from engine.runtime.ingest import Ingest, Rejected
 from engine.runtime.memory import Trimmer
 from engine.runtime.metrics import EngineMetrics
@@ -62,7 +63,9 @@ class EngineState:
         self._txn_event_times: list[int] = []
         self._state_root = Path(settings.state_dir) / settings.group_id / settings.topic_prefix
         self.trimmer = Trimmer(settings.memory_trim_interval_s)
+        self.collector: Collector | None = None  # the process's (collector.py); tests: none
         self._committed_since_rejoin = False
+        self.freeze_after_restore = False  # Engine.tune_gc
         path = settings.latency_trace_path
         self.trace = LatencyTrace(path) if path is not None else None
 

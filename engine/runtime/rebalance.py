@@ -74,7 +74,7 @@ class Rebalancing(CommitLoop):
             )
         self.metrics.restore_seconds.observe(time.monotonic() - started)
         self.metrics.observe_sessions(self.tasks.values())
-        if self.settings.gc_gen0_threshold:
+        if self.freeze_after_restore:
             freeze_heap()  # what start-up and restore left alive is never garbage: scan no more
         self.metrics.set_ready(True)
 

@@ -4,8 +4,14 @@ heap only when the frozen set has doubled or the full interval has passed."""
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 from engine.runtime.collector import MIN_FROZEN, Collector
+from engine.runtime.engine import Engine
+from engine.settings import load_settings
+from tests.integration.engine_harness import CODEC
+from tests.unit.runtime.fakes import FakeBroker, FakeClients, Faults
+from tools.bench_fold import build_log
 
 
 class FakeGc:
@@ -40,26 +46,32 @@ class FakeGc:
 def test_every_commit_freezes_and_the_count_waits_for_the_check_interval() -> None:
     fake = FakeGc()
     collector = Collector(check_interval_s=10, api=fake, now=0.0)
-    fake.alive = 10 * MIN_FROZEN
+    fake.alive = MIN_FROZEN
     assert not collector.committed(1.0)
     assert not collector.committed(9.9)
     assert fake.calls == ["freeze", "freeze"], "no walk of the heap between checks"
-    assert collector.committed(10.0), "above the floor with nothing collected yet"
+    assert not collector.committed(10.0), "the first count is where doubling starts from"
+    assert fake.calls[-1] == "count"
+    fake.alive = 2 * MIN_FROZEN
+    assert not collector.committed(19.9)
+    assert collector.committed(20.0)
     assert fake.calls[-3:] == ["collect", "freeze", "count"]
 
 
 def test_a_full_collection_once_the_frozen_set_has_doubled() -> None:
     fake = FakeGc()
     collector = Collector(check_interval_s=1, full_interval_s=1e9, api=fake, now=0.0)
+    fake.alive = 10
+    assert not collector.committed(1.0)
     fake.alive = MIN_FROZEN - 1
-    assert not collector.committed(1.0), "a small heap is not worth a pause"
+    assert not collector.committed(2.0), "a small heap is not worth a pause"
     fake.alive, fake.garbage = MIN_FROZEN, 50
-    assert collector.committed(2.0)
+    assert collector.committed(3.0)
     assert (fake.alive, fake.frozen) == (MIN_FROZEN - 50, MIN_FROZEN - 50)
     fake.alive = 2 * (MIN_FROZEN - 50) - 1
-    assert not collector.committed(3.0)
+    assert not collector.committed(4.0)
     fake.alive += 1
-    assert collector.committed(4.0)
+    assert collector.committed(5.0)
     assert collector.full_collections == 2
 
 
@@ -67,6 +79,7 @@ def test_a_full_collection_at_least_every_full_interval() -> None:
     fake = FakeGc()
     collector = Collector(check_interval_s=1, full_interval_s=60, api=fake, now=0.0)
     fake.alive, fake.garbage = 10, 3
+    assert not collector.committed(1.0)
     assert not collector.committed(59.0)
     assert collector.committed(60.0)
     assert fake.alive == 7
@@ -82,3 +95,21 @@ def test_with_the_real_collector_commits_freeze_what_is_alive() -> None:
     finally:
         collector.close()
     assert gc.get_freeze_count() == 0
+
+
+def test_the_engine_hands_every_commit_to_its_collector(tmp_path: Path) -> None:
+    settings = load_settings(environ={}, partitions=2, state_dir=tmp_path, metrics_port=0)
+    broker = FakeBroker(2, Faults())
+    for event in build_log(10):
+        broker.append(
+            settings.topics.topic_for(event), event.session_id.encode(), CODEC.encode(event)
+        )
+    fake = FakeGc()
+    clients = FakeClients(broker, batch=4)
+    engine = Engine(settings, clients=clients, collector=Collector(api=fake))
+    clients.on_idle = engine.stop
+    engine.run()
+    (histogram,) = engine.metrics.commit_seconds.collect()
+    count = next(s.value for s in histogram.samples if s.name.endswith("_count"))
+    assert count > 1
+    assert fake.calls.count("freeze") == count
