@@ -153,7 +153,7 @@ def answer_unready(state: SessionState, event: AckEvent, why: str) -> tuple[Sess
       intents read ahead of its acks) looks the same as one of a write never registered; the
       former is harmless, and turning the session AMBIGUOUS on it would lock sessions that
       only had a backlog. A write whose intent never came is caught where it matters: a
-      checkpoint that names it is withheld INTENT_NEVER_ARRIVED (SPEC.md "Answer protocol").
+      checkpoint that names it is withheld INTENT_NEVER_ARRIVED (SPEC.md §6 "Parked inputs").
     """
     if knows_attempt(state, event):
         return fold_ack(state, event, AnswerSuffix.FINAL)

@@ -10,8 +10,8 @@ Decisions per input (what the engine service can check end to end):
 * An input that refers to something not folded yet waits (`parked.py`): a resume whose
   checkpoint is ahead of the engine (DEFERRED, ``final=False``), an ack ahead of its intent,
   fence or release, an intent under a fence not granted yet (RECORDED PARKED). Each gets one
-  more decision when it is answered for good, ``decision_id == event_id + "/final"``; a parked
-  resume gets it within ``PARK_MS`` of intent event time (README "Timing rules").
+  more decision when it is answered for good, ``decision_id == event_id + "/final"``, at the
+  latest when it is evicted or ``PARK_MS`` of event time old (SPEC.md §6 "Parked inputs").
 * Every decision carries a ``runner_action`` (README "Runner actions").
 
 Authority: at most one holder per session. A grant carries a fence token that only grows
