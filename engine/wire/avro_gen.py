@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from engine.core.events import DIGEST_PATTERN
 from engine.wire import avro_prims
 from engine.wire.limits import WireLimits
 
@@ -49,6 +50,7 @@ _COMMON: dict[str, Any] = {name: getattr(avro_prims, real) for name, real in _PR
 _long = avro_prims.write_long
 BUILT_MODULE = "engine.wire.avro_built"
 _RAW_DIGEST_LENGTH = b"\x40"  # 32 as an Avro long
+_HEX_DIGITS = b"0123456789abcdef"  # what `DIGEST_PATTERN` allows, 64 times
 
 
 class _Gen:
@@ -218,6 +220,17 @@ class _ReaderGen(_Gen):
             out.append(f"{ind}if {n} < 0 or {end} > lb: raise _DeclineError")
             if kind == "bytes":
                 out.append(f"{ind}{target} = b[p:{end}]")
+            elif (
+                getattr(info, "pattern", None) == DIGEST_PATTERN
+                and self.limits.max_string_length >= 64
+            ):
+                # 64 lowercase hex characters, checked on the bytes: deleting the hex digits
+                # leaves nothing (half the time of decoding, then matching the regular expression).
+                raw = self.temp()
+                out.append(f"{ind}{raw} = b[p:{end}]")
+                out.append(f"{ind}if {n} != 64 or {raw}.translate(None, {_HEX_DIGITS!r}):")
+                out.append(f"{ind}    raise _DeclineError")
+                out.append(f"{ind}{target} = {raw}.decode()")
             else:
                 limit = self.limits.max_string_length
                 out.append(f"{ind}{target} = b[p:{end}].decode()")
