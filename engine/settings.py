@@ -72,10 +72,9 @@ class Settings(BaseModel):
     malloc_arena_max: int = Field(default=2, ge=0, le=64)
     memory_trim_interval_s: float = Field(default=10.0, ge=0.0, le=3_600.0)
     # The loop allocates a few objects per input and frees nearly all of them by refcount: the
-    # cyclic collector's generation-0 threshold sets how often it scans them anyway, and what is
-    # alive after a restore is frozen out of its scans (0: Python's 700, nothing frozen).
-    # 50,000: engine CPU per input 48-50 us against 53-58 at 700 (paired throughput runs).
-    # engine/runtime/memory.py
+    # cyclic collector's generation-0 threshold sets how often it scans them anyway (0: Python's
+    # 700). 50,000: engine CPU per input 48-50 us against 53-58 at 700 (paired throughput runs).
+    # engine/runtime/memory.py; what stays alive is frozen after each commit (collector.py)
     gc_gen0_threshold: int = Field(default=50_000, ge=0, le=10_000_000)
     # `reconciler run` starts this many engine processes in the group (one per core): each gets
     # `<instance_id>-<i>`, `<state_dir>/process-<i>` and metrics port `metrics_port + i`.

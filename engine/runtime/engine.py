@@ -62,10 +62,10 @@ class Engine(Rebalancing):
         self.rejoins = 0  # rejoins in this process (the log's counter)
 
     def tune_gc(self) -> None:
-        """The process's garbage collector policy (settings.gc_gen0_threshold): `reconciler
-        run` calls it, an engine embedded in another process (tests, the demo) leaves it be."""
+        """How often the process's cycle collector scans new objects (settings.gc_gen0_threshold;
+        what stays alive is frozen after each commit by collector.py): `reconciler run` calls it,
+        an engine embedded in another process (tests, the demo) leaves that process's be."""
         tune_gc(self.settings.gc_gen0_threshold)
-        self.freeze_after_restore = self.settings.gc_gen0_threshold > 0
 
     def install_signal_handlers(self) -> None:
         def on_term(signum: int, frame: FrameType | None) -> None:

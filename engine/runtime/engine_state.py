@@ -65,7 +65,6 @@ class EngineState:
         self.trimmer = Trimmer(settings.memory_trim_interval_s)
         self.collector: Collector | None = None  # the process's (collector.py); tests: none
         self._committed_since_rejoin = False
-        self.freeze_after_restore = False  # Engine.tune_gc
         path = settings.latency_trace_path
         self.trace = LatencyTrace(path) if path is not None else None
 

@@ -33,14 +33,6 @@ def tune_gc(gen0_threshold: int) -> None:
         gc.set_threshold(gen0_threshold, gen1, gen2)
 
 
-def freeze_heap() -> None:
-    """Moves every object alive now (modules, schemas, restored tasks) out of the collector's
-    reach: a full collection then scans only what the loop allocated since. Called once the
-    partitions are restored; cycles among frozen objects are never freed, so garbage goes first."""
-    gc.collect()
-    gc.freeze()
-
-
 def child_env(env: Mapping[str, str], arena_max: int) -> dict[str, str]:
     """The engine child's environment: `MALLOC_ARENA_MAX` from the settings (0: glibc's own
     default), unless the operator set it in the environment already."""

@@ -11,7 +11,6 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from engine.runtime.commit_loop import CommitLoop
-from engine.runtime.memory import freeze_heap
 from engine.runtime.protocol import Step
 from engine.runtime.store import LocalStore
 from engine.runtime.task import PartitionTask
@@ -74,8 +73,6 @@ class Rebalancing(CommitLoop):
             )
         self.metrics.restore_seconds.observe(time.monotonic() - started)
         self.metrics.observe_sessions(self.tasks.values())
-        if self.freeze_after_restore:
-            freeze_heap()  # what start-up and restore left alive is never garbage: scan no more
         self.metrics.set_ready(True)
 
     def _restore_progress(self) -> None:
