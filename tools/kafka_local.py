@@ -40,6 +40,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -284,8 +285,21 @@ def java_command(instance: str, main: str, *args: str, heap: str = "256m") -> li
     ]
 
 
+def cluster_id_of(raw: bytes) -> str | None:
+    """Kafka's text form of a 16-byte id; None when it starts with "-", which kafka-storage's
+    argument parser reads as an option (1 start in 64 failed so; Kafka's own Uuid redraws too)."""
+    text = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+    return None if text.startswith("-") else text
+
+
+def new_cluster_id(draw: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    while (cluster_id := cluster_id_of(draw())) is None:
+        pass
+    return cluster_id
+
+
 def format_storage(instance: str, props: Path, secure: bool = False) -> None:
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    cluster_id = new_cluster_id()
     # SCRAM credentials must exist before the first SASL login: they go into the metadata log
     # at format time (KRaft has no ZooKeeper to write them to beforehand).
     scram = kafka_secure.format_args(instance_dir(instance)) if secure else []

@@ -63,3 +63,10 @@ def test_stale_pid_file_is_not_a_running_broker(
     info = kafka_local.read_info("old")
     assert info is not None
     assert info.bootstrap == "127.0.0.1:1"
+
+
+def test_a_cluster_id_never_starts_with_a_dash() -> None:
+    dash_first = bytes([0xF8]) + bytes(15)  # top 6 bits 62: "-" in the URL-safe alphabet
+    assert kafka_local.cluster_id_of(dash_first) is None, "kafka-storage would read it as an option"
+    draws = iter([dash_first, dash_first, bytes(16)])
+    assert kafka_local.new_cluster_id(lambda: next(draws)) == "A" * 22
