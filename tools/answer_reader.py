@@ -52,6 +52,14 @@ def _plan(schema: ShippedSchema) -> tuple[list[Field], int]:
         if field["name"] == "reason":
             parked = list(avro_type["symbols"]).index(Reason.PARKED.value)
         if field["name"] == "final":
+            if parked < 0:
+                # Without the reason the walk cannot tell a PARKED answer from a final one:
+                # every answer would read as not final, and a bench would wait forever.
+                raise UnsupportedDecisionSchemaError(
+                    f"{schema.file_name} puts `final` before `reason`: extend"
+                    " tools/answer_reader.py to read on past `final`, or count with the full"
+                    " decode (Codec.decode_record)"
+                )
             return plan, parked
     raise UnsupportedDecisionSchemaError(f"{schema.file_name} has no field `final`")
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from engine.core.authority import check_writer, renew
+from engine.core.authority import awaits_grant, check_writer, renew
 from engine.core.decide import (
     ACTION_REPAIR,
     decide,
@@ -85,7 +85,7 @@ def ack_ready(state: SessionState, event: AckEvent) -> bool:
     attempt (`awaits_rearm`). Correctness may not depend on which topic is read first, so such
     an ack waits instead of being judged on a state that is behind.
     """
-    if event.fence_token is not None and event.fence_token > state.fence_token:
+    if awaits_grant(state, event):
         return False
     slot = state.slot
     if slot is None or slot.intent_id != event.intent_id:
@@ -123,7 +123,7 @@ def awaits_rearm(state: SessionState, event: AckEvent) -> bool:
 def knows_attempt(state: SessionState, event: AckEvent) -> bool:
     """Whether the ack names an attempt the engine folded: its intent (current or superseded)
     under a fence that was granted. Only such an ack can be evidence about a write."""
-    if event.fence_token is not None and event.fence_token > state.fence_token:
+    if awaits_grant(state, event):
         return False
     slot = state.slot
     known = slot is not None and slot.intent_id == event.intent_id
@@ -157,8 +157,7 @@ def answer_unready(state: SessionState, event: AckEvent, why: str) -> tuple[Sess
     """
     if knows_attempt(state, event):
         return fold_ack(state, event, AnswerSuffix.FINAL)
-    fenced = event.fence_token is not None and event.fence_token > state.fence_token
-    if not fenced:
+    if not awaits_grant(state, event):
         trail = make_trail((TrailStep.WHY, why))
         return state, decide(
             state,

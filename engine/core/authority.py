@@ -6,6 +6,8 @@ from engine.core.decide import (
     with_,
 )
 from engine.core.events import (
+    AckEvent,
+    IntentEvent,
     Reason,
 )
 from engine.core.members import (
@@ -34,6 +36,12 @@ def check_writer(
     if state.holder not in (None, runner_id) and state.lease_active(at_ms):
         return REASON_NOT_HOLDER
     return None
+
+
+def awaits_grant(state: SessionState, event: IntentEvent | AckEvent) -> bool:
+    """The write carries a fence newer than any grant the engine folded: the resume that
+    granted it is still on its way on the resumes topic (or never existed)."""
+    return event.fence_token is not None and event.fence_token > state.fence_token
 
 
 def renew(state: SessionState, runner_id: str, at_ms: int) -> SessionState:

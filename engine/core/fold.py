@@ -86,14 +86,18 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
     # would find nothing, so they are not called.
     settled: list[Decision] = []
     if _waiting(remembered):
-        # Writes that waited too long for an input of another topic are judged before this
-        # later input is (parked.py): acks waiting for an intent, release or re-arm, re-arms
-        # waiting for their failure, and, on the resumes' clock, writes waiting for a grant.
+        # Writes that waited too long are judged before this later input is, on the clock of
+        # the topic they wait on (SPEC.md §6 "Parked inputs"): an intent times acks waiting
+        # for their intent; an intent or a resume, acks of a known attempt waiting for its
+        # release or re-arm (judged on that attempt before a resume is); an ack or a resume,
+        # re-arms waiting for their failure; a resume, writes waiting for a grant. A repair
+        # rides on the intents topic but, like the watermark, times nothing.
         remembered, settled = expire_writes(
             remembered,
             event.event_time_ms,
-            acks=not isinstance(event, AckEvent),
-            rearms=not isinstance(event, IntentEvent),
+            acks=isinstance(event, (IntentEvent, ResumeEvent)),
+            unseen=isinstance(event, IntentEvent),
+            rearms=isinstance(event, (AckEvent, ResumeEvent)),
             grants=isinstance(event, ResumeEvent),
         )
     new_state, decisions = _dispatch(remembered, event, position)

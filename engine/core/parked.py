@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
-from engine.core.acks import ack_ready, answer_unready, awaits_rearm, fold_ack
+from engine.core.acks import ack_ready, answer_unready, awaits_rearm, fold_ack, knows_attempt
+from engine.core.authority import awaits_grant
 from engine.core.decide import decide, make_trail, reject, with_
 from engine.core.events import (
     AckEvent,
@@ -28,13 +29,9 @@ from engine.core.resumes import awaits, evaluate_resume, expire_parked
 from engine.core.state import PARK_MS, PARKED_WRITES_LIMIT, SessionState
 
 
-def fence_ahead(state: SessionState, fence_token: int | None) -> bool:
-    return fence_token is not None and fence_token > state.fence_token
-
-
 def intent_waits(state: SessionState, event: IntentEvent) -> bool:
     """An intent under a fence not granted yet, or a retry in place ahead of its failure."""
-    return fence_ahead(state, event.fence_token) or awaits_failure(state, event)
+    return awaits_grant(state, event) or awaits_failure(state, event)
 
 
 def park_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, list[Decision]]:
@@ -44,7 +41,7 @@ def park_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, 
     evicted, kept = parked[:-PARKED_WRITES_LIMIT], parked[-PARKED_WRITES_LIMIT:]
     new_state = with_(state, parked_intents=kept)
     why = f"fence {event.fence_token} is ahead of the engine's {state.fence_token}"
-    if not fence_ahead(state, event.fence_token):
+    if not awaits_grant(state, event):
         why = f"re-arm of {event.intent_id} ahead of the failure it retries"
     decisions = [
         decide(
@@ -76,13 +73,6 @@ def park_ack(state: SessionState, event: AckEvent) -> tuple[SessionState, list[D
     return new_state, decisions
 
 
-def awaits_grant(state: SessionState, event: IntentEvent | AckEvent) -> bool:
-    """It waits for the resume that granted its fence (on the resumes topic); any other parked
-    write waits for an input of the intents topic (an intent, a release, a re-arm), or, for a
-    re-arm, for its failure on the acks topic."""
-    return fence_ahead(state, event.fence_token)
-
-
 def _final(decision: Decision) -> Decision:
     if decision.decision_id.endswith(AnswerSuffix.FINAL):
         return decision
@@ -112,9 +102,10 @@ def drain(state: SessionState) -> tuple[SessionState, list[Decision]]:
         rest_resumes = [
             p for p in state.parked_resumes if p.resume.event_id != parked.resume.event_id
         ]
-        # As when it is folded at once (fold.py): overdue waiting writes are judged first.
+        # As when it is folded at once (fold.py): overdue waiting writes are judged first, on
+        # the resumes' clock (`expire_writes`: acks waiting for their intent keep waiting).
         state, settled = expire_writes(
-            with_(state, parked_resumes=rest_resumes), parked.resume.event_time_ms
+            with_(state, parked_resumes=rest_resumes), parked.resume.event_time_ms, unseen=False
         )
         state, decision = evaluate_resume(state, parked.resume, parked.position, AnswerSuffix.FINAL)
         decisions.append(decision)
@@ -203,18 +194,27 @@ def expire_writes(
     at_ms: int,
     *,
     acks: bool = True,
+    unseen: bool = True,
     rearms: bool = True,
     grants: bool = True,
 ) -> tuple[SessionState, list[Decision]]:
     """Answer, finally and as they stand, the parked writes `PARK_MS` older than `at_ms`, the
     time of an input of the topic they wait on (what they wait for was published before them
-    on that topic, which is read in order): `acks` waiting for an intent, release or re-arm,
-    `rearms` waiting for their failure, and (`grants`) intents and acks waiting for the grant
-    of their fence. `acks.answer_unready` says what an ack that stops waiting is answered."""
+    on that topic, which is read in order): `unseen` acks waiting for their intent, `acks` of a
+    known attempt waiting for its release or re-arm, `rearms` waiting for their failure, and
+    (`grants`) intents and acks waiting for the grant of their fence.
+    `acks.answer_unready` says what an ack that stops waiting is answered.
+
+    Why a resume may judge `acks` but not `unseen` ones (SPEC.md §6 "Parked inputs"): an ack of
+    a known attempt judged as it stands lands on that attempt (fail closed, nothing is lost),
+    and it must be, before the resume is classified against that attempt. An ack of an intent
+    not folded yet is answered UNKNOWN_INTENT and never counts afterwards: only the intents
+    topic's own clock may say that intent is not coming."""
     decisions: list[Decision] = []
     for ack in list(state.parked_acks):
         waits_on_grant = awaits_grant(state, ack)
-        if ack.event_time_ms + PARK_MS > at_ms or not (grants if waits_on_grant else acks):
+        clock = grants if waits_on_grant else acks if knows_attempt(state, ack) else unseen
+        if ack.event_time_ms + PARK_MS > at_ms or not clock:
             continue
         rest_acks = [a for a in state.parked_acks if a.event_id != ack.event_id]
         if waits_on_grant:

@@ -22,12 +22,13 @@ from engine.core.events import (
     Event,
     IntentKind,
     Reason,
+    RepairResolution,
     Verdict,
 )
 from engine.core.fold import fold, replay
 from engine.core.state import PARK_MS, PARKED_WRITES_LIMIT, Health, SessionState
 from engine.core.watermark import expire, park_deadline
-from tests.unit.core.builders import ack, intent, msg, record, resume
+from tests.unit.core.builders import ack, intent, msg, record, repair, resume
 
 A, B, C = msg("a"), msg("b"), msg("c")
 
@@ -105,9 +106,9 @@ def test_an_ack_of_a_write_superseded_twice_leaves_the_session_clear() -> None:
         intent("i2", [B], [A], intent_id="w2", seq=2, t=1_030),
         intent("i3", [C], [A, B], intent_id="w3", seq=3, t=1_050),
         ack("a1", AckOutcome.COMMITTED, intent_id="w1", t=1_020),
-        resume("q", None, [A, B], seq=2, t=1_020 + PARK_MS),
     ]
-    state, decisions = _fold(events)
+    state, _ = _fold(events)
+    state, decisions = expire(state, 1_020 + PARK_MS)  # no intent of the session follows
     final = _by_id(decisions)["a1/final"]
     assert (final.verdict, final.reason) == (Verdict.RECORDED, Reason.UNKNOWN_INTENT)
     assert state.health is Health.CLEAR
@@ -212,3 +213,48 @@ def test_a_re_arm_whose_failure_never_comes_is_answered_by_the_watermark() -> No
         ("i1-again/final", Verdict.RECORDED, Reason.DUPLICATE)
     ]
     assert state.parked_intents == []
+
+
+def test_a_resume_does_not_time_an_ack_that_waits_for_its_intent() -> None:
+    # The resumes topic read a minute ahead of the intents: the commit must still count for i1
+    # when i1 arrives (an intent, or the watermark, times this ack; SPEC.md §6 "Parked inputs").
+    early_ack = ack("a1", AckOutcome.COMMITTED, t=2_000)
+    ahead = resume("r", record([A], []), [A], runner="r1", seq=1, t=2_000 + PARK_MS + 1)
+    state, decisions = _fold([early_ack, ahead])
+    assert "a1/final" not in _by_id(decisions)
+    state, decisions = _fold([early_ack, ahead, intent("i", [A], [], t=1_500)])
+    final = _by_id(decisions)["a1/final"]
+    assert (final.verdict, final.reason) == (Verdict.RECORDED, Reason.ACCEPTED)
+    assert state.slot is not None
+    assert state.slot.committed_by_runner
+    assert _by_id(decisions)["r/final"].reason is Reason.KNOWN_COMMITTED
+
+
+def test_a_parked_resume_that_becomes_ready_does_not_time_an_ack_that_waits_for_its_intent() -> (
+    None
+):
+    waiting = ack("a2", AckOutcome.COMMITTED, intent_id="i2", t=2_000)
+    ahead = resume("r", record([A], []), [A], runner="r1", seq=1, t=2_000 + PARK_MS + 1)
+    state, decisions = _fold([waiting, ahead, intent("i", [A], [], t=1_500)])
+    assert _by_id(decisions)["r/final"].verdict is Verdict.CONTINUE
+    assert "a2/final" not in _by_id(decisions)
+    assert [a.event_id for a in state.parked_acks] == ["a2"]
+    state, answers = expire(state, 2_000 + PARK_MS)  # the intents clock still bounds it
+    assert [(x.decision_id, x.reason) for x in answers] == [("a2/final", Reason.UNKNOWN_INTENT)]
+
+
+def test_a_repair_does_not_time_a_re_arm_that_waits_for_its_failure() -> None:
+    # A re-arm waits for a NOT_WRITTEN on the acks topic: an operator's repair on the intents
+    # topic says nothing of how far the acks were read.
+    registered = intent("i1", [A], [], t=1_000)
+    rearm = intent("i1-again", [A], [], t=2_000)
+    unrelated = repair("p", RepairResolution.ABANDON, intent_id="other", t=2_000 + PARK_MS)
+    failed = ack("n", AckOutcome.NOT_WRITTEN, t=1_500)
+    state, decisions = _fold([registered, rearm, unrelated])
+    assert "i1-again/final" not in _by_id(decisions)
+    state, decisions = _fold([registered, rearm, unrelated, failed])
+    final = _by_id(decisions)["i1-again/final"]
+    assert (final.verdict, final.reason) == (Verdict.RECORDED, Reason.ACCEPTED)
+    assert state.parked_intents == []
+    assert state.slot is not None
+    assert not state.slot.not_written

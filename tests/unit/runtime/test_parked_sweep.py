@@ -8,8 +8,10 @@ from pathlib import Path
 from msgspec.structs import replace
 
 from engine.core.events import AckOutcome, Reason, Verdict
+from engine.core.fold import fold
 from engine.core.state import PARK_MS
-from engine.runtime.store import LocalStore
+from engine.runtime.state_codec import encode_state
+from engine.runtime.store import LocalStore, StoreWrite
 from engine.runtime.task import PartitionTask
 from tests.unit.core.builders import ack, intent, msg
 
@@ -47,3 +49,24 @@ def test_the_watermark_answers_a_parked_ack_and_a_fenced_intent_once(tmp_path: P
     assert restarted.expire_overdue() == []  # answered once
     writes = {w.session_id: w for w in restarted.changelog_records()}
     assert writes["s1"].park_deadline_ms is None
+
+
+def test_an_ack_parked_before_the_deploy_is_swept_after_its_sessions_next_input(
+    tmp_path: Path,
+) -> None:
+    # The engine of ef6033c (and older) stored no park deadline for a session whose only
+    # waiting input is an ack (its rule covered parked resumes only). The new engine does not
+    # recompute stored deadlines (SPEC.md §6, "Upgrade"): the watermark passes it by, and the
+    # session's next input records the deadline, after which the sweep answers the ack.
+    parked = fold(None, ack("g", AckOutcome.COMMITTED, intent_id="ghost", t=10_000), 0).state
+    store = LocalStore(tmp_path / "p0.sqlite")
+    store.apply([StoreWrite("s1", encode_state(parked))], changelog_offset=0)
+    task = PartitionTask(partition=0, store=store)
+    other = replace(intent("o1", [A], [], t=10_000 + PARK_MS), session_id="s2")
+    task.fold(other, offset=1)
+    assert task.expire_overdue() == []  # the old row lists no deadline
+    task.fold(intent("i", [A], [], t=10_500), offset=2)  # s1's next input
+    answers = task.expire_overdue()
+    assert [(d.decision_id, d.verdict, d.reason) for d, _ in answers] == [
+        ("g/final", Verdict.RECORDED, Reason.UNKNOWN_INTENT)
+    ]
