@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import count
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,17 @@ from engine.runtime.engine import Engine
 from engine.runtime.metrics import EngineMetrics
 from engine.settings import Settings, load_settings
 from engine.wire import Codec, DeadLetter, RecordType
+from engine.wire.partitioner import partition_for
 
 CODEC = Codec()
 REPO = Path(__file__).resolve().parents[2]
+
+
+def session_on(partition: int, partitions: int, stem: str) -> str:
+    """A session id starting with `stem` whose records land in `partition`."""
+    return next(
+        f"{stem}-{n}" for n in count() if partition_for(f"{stem}-{n}", partitions) == partition
+    )
 
 
 def engine_settings(bootstrap: str, prefix: str, state_dir: Path, **extra: Any) -> Settings:

@@ -4,7 +4,6 @@ inputs"), and the answers replay exactly (`assert_exactly_once`)."""
 
 from __future__ import annotations
 
-from itertools import count
 from pathlib import Path
 
 import pytest
@@ -12,8 +11,13 @@ from msgspec.structs import replace
 
 from engine.core.events import AckOutcome, Event, Reason, Verdict
 from engine.core.state import PARK_MS
-from engine.wire.partitioner import partition_for
-from tests.integration.engine_harness import engine_settings, engine_thread, produce, read_decisions
+from tests.integration.engine_harness import (
+    engine_settings,
+    engine_thread,
+    produce,
+    read_decisions,
+    session_on,
+)
 from tests.integration.exactly_once import assert_exactly_once, read_inputs
 from tests.unit.core.builders import ack, call, intent, msg, out
 
@@ -23,17 +27,11 @@ U, C, OUT = msg("u"), call("c1"), out("c1")
 T0 = 10_000
 
 
-def _on(partition: int, partitions: int, stem: str) -> str:
-    return next(
-        f"{stem}-{n}" for n in count() if partition_for(f"{stem}-{n}", partitions) == partition
-    )
-
-
 def test_the_watermark_answers_a_parked_ack_and_a_fenced_intent(
     kafka_bootstrap: str, unique_name: str, tmp_path: Path
 ) -> None:
     settings = engine_settings(kafka_bootstrap, unique_name, tmp_path / "state")
-    quiet, other = (_on(0, settings.partitions, stem) for stem in ("quiet", "other"))
+    quiet, other = (session_on(0, settings.partitions, stem) for stem in ("quiet", "other"))
     waiting: list[Event] = [
         # A commit under a fence the engine never granted, and an intent under it.
         ack("a", AckOutcome.COMMITTED, intent_id="i1", fence=7, t=T0),

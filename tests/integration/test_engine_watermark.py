@@ -4,7 +4,6 @@ changelog alone (a fresh state directory)."""
 
 from __future__ import annotations
 
-from itertools import count
 from pathlib import Path
 
 import pytest
@@ -12,13 +11,13 @@ from msgspec.structs import replace
 
 from engine.core.events import Event, Reason, Verdict
 from engine.core.state import PARK_MS
-from engine.wire.partitioner import partition_for
 from tests.integration.engine_harness import (
     Seen,
     engine_settings,
     engine_thread,
     produce,
     read_decisions,
+    session_on,
 )
 from tests.integration.exactly_once import assert_exactly_once, read_inputs
 from tests.unit.core.builders import call, intent, msg, out, record, resume
@@ -27,13 +26,6 @@ pytestmark = pytest.mark.kafka
 
 U, C, OUT = msg("u"), call("c1"), out("c1")
 T0 = 10_000
-
-
-def _on(partition: int, partitions: int, stem: str) -> str:
-    """A session id whose records land in `partition`."""
-    return next(
-        f"{stem}-{n}" for n in count() if partition_for(f"{stem}-{n}", partitions) == partition
-    )
 
 
 def _orphan(sid: str, t: int) -> Event:
@@ -55,9 +47,9 @@ def test_an_orphan_resume_is_answered_once_other_sessions_move_the_watermark(
 ) -> None:
     settings = engine_settings(kafka_bootstrap, unique_name, tmp_path / "state-1")
     parts = settings.partitions
-    first = _on(0, parts, "orphan")
-    near, late, second = (_on(0, parts, stem) for stem in ("near", "late", "orphan-b"))
-    elsewhere = _on(1, parts, "orphan-c")
+    first = session_on(0, parts, "orphan")
+    near, late, second = (session_on(0, parts, stem) for stem in ("near", "late", "orphan-b"))
+    elsewhere = session_on(1, parts, "orphan-c")
     phase1 = [_orphan(first, T0), _intent(near, T0 + PARK_MS - 1), _orphan(elsewhere, T0)]
     with engine_thread(settings):
         produce(kafka_bootstrap, settings, phase1)
