@@ -1,10 +1,11 @@
-"""The producer keeps its broker handles when every broker is down (see clients.py)."""
+"""After a broker restart: the producer keeps its broker handles, and both clients look for the
+broker again at least once a second (see clients.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from engine.runtime.clients import producer_config
+from engine.runtime.clients import consumer_config, producer_config
 from engine.settings import load_settings
 
 
@@ -20,3 +21,9 @@ def test_a_pass_through_cannot_turn_the_re_bootstrap_back_on(tmp_path: Path) -> 
     )
     assert settings.kafka["metadata.recovery.strategy"] == "rebootstrap"  # it did pass through
     assert producer_config(settings)["metadata.recovery.strategy"] == "none"
+
+
+def test_both_clients_retry_a_broker_that_is_away_at_least_once_a_second(tmp_path: Path) -> None:
+    settings = load_settings(environ={}, state_dir=tmp_path)
+    for config in (producer_config(settings), consumer_config(settings)):
+        assert config["reconnect.backoff.max.ms"] <= 1_000
