@@ -296,6 +296,8 @@ class CommitLoop(EngineState):
     def _commit(self, txn: Transaction, tasks: list[PartitionTask] | None = None) -> None:
         """Steps 3-6 for every ready task (or the given ones)."""
         if not txn.open:
+            if self._stopping:  # nothing of step 6 may wait in an open SQLite batch
+                self._sync_stores()
             return
         committing = tasks if tasks is not None else list(self.tasks.values())
         started = time.monotonic()
