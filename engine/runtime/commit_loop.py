@@ -146,6 +146,8 @@ class CommitLoop(EngineState):
                 last_commit = time.monotonic()
             elif not txn.open:
                 last_commit = time.monotonic()
+                if not messages:  # idle: what step 6 wrote lazily goes to disk now
+                    self._sync_stores()
             self.trimmer.maybe_trim(time.monotonic())
             self._progress()
 
@@ -294,6 +296,8 @@ class CommitLoop(EngineState):
     def _commit(self, txn: Transaction, tasks: list[PartitionTask] | None = None) -> None:
         """Steps 3-6 for every ready task (or the given ones)."""
         if not txn.open:
+            if self._stopping:  # nothing of step 6 may wait in an open SQLite batch
+                self._sync_stores()
             return
         committing = tasks if tasks is not None else list(self.tasks.values())
         started = time.monotonic()
@@ -336,10 +340,17 @@ class CommitLoop(EngineState):
         with self.watchdog.guard(Step.PERSIST_LOCALLY, self.budget_s, self.tasks):
             for task in committing:  # step 6
                 task.persist()
+            if self._stopping:  # the last commit: nothing of it waits in an open SQLite batch
+                self._sync_stores()
         stage.labels(stage="persist").observe(time.monotonic() - done)
         if self.collector is not None:  # freeze what this commit left alive (collector.py)
             self.collector.committed(time.monotonic())
         self.metrics.sessions_stale = True
+
+    def _sync_stores(self) -> None:
+        with self.watchdog.guard(f"{Step.PERSIST_LOCALLY} sync", self.budget_s, self.tasks):
+            for task in self.tasks.values():
+                task.store.sync()
 
     def _abort(self, txn: Transaction, why: str) -> None:
         """Abortable error: abort, drop write caches, rewind inputs to committed offsets."""

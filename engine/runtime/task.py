@@ -286,10 +286,11 @@ class PartitionTask:
         return self._encoded
 
     def persist(self) -> None:
-        """Step 6: after the commit, the write cache and its changelog offset go to the store."""
+        """Step 6: after the commit, the write cache and its changelog offset go to the store
+        (to disk within the store's `sync_after_s`, or at `sync`/close)."""
         if self._encoded:
             offset = max(self.changelog_high, self.store.changelog_offset())
-            self.store.apply(self._encoded, offset)
+            self.store.apply_lazily(self._encoded, offset)
         for session_id, state in self.cache.items():
             self._remember(session_id, state, len(self._state_bytes.get(session_id, b"")))
         self.discard()

@@ -34,6 +34,7 @@ def test_the_watermark_answers_a_parked_ack_and_a_fenced_intent_once(tmp_path: P
     task.changelog_records()
     task.persist()
     assert store.parked_due(10_000 + PARK_MS) == ["s1"]
+    store.close()  # a stop: step 6's last writes reach the disk
 
     restarted = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
     restarted.fold(replace(other, event_id="o2", event_time_ms=10_000 + PARK_MS), offset=2)

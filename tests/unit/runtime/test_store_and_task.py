@@ -3,6 +3,7 @@ the states, commit/abort of the write cache (COMMIT_PROTOCOL.md steps 2, 3, 6 an
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,6 +55,58 @@ def test_a_failing_write_batch_changes_nothing(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         store.apply(Exploding(), changelog_offset=2)
     assert (store.get("a"), store.changelog_offset()) == (b"1", 1)
+
+
+def test_lazy_writes_are_read_at_once_and_reach_the_disk_together(tmp_path: Path) -> None:
+    """Step 6's writes: this store reads them at once; another reader (a restart after a
+    crash) sees the older copy, states and offset alike, until they are synced."""
+    path = tmp_path / "p0.sqlite"
+
+    def on_disk(*sessions: str) -> tuple[object, ...]:
+        other = LocalStore(path)
+        seen = (*[other.get(s) for s in sessions], other.changelog_offset(), other.watermark())
+        other.close()
+        return seen
+
+    store = LocalStore(path, sync_after_s=3600)
+    store.apply([StoreWrite("a", b"1")], changelog_offset=1)
+    store.apply_lazily([StoreWrite("a", b"2"), StoreWrite("b", b"3")], changelog_offset=4)
+    store.apply_lazily([StoreWrite("b", None, watermark_ms=9)], changelog_offset=6)
+    assert (store.get("a"), store.get("b"), store.changelog_offset()) == (b"2", None, 6)
+    assert on_disk("a", "b") == (b"1", None, 1, None)
+    store.sync()
+    assert on_disk("a", "b") == (b"2", None, 6, 9)
+    store.apply_lazily([StoreWrite("c", b"5")], changelog_offset=7)
+    store.apply([StoreWrite("d", b"6")], changelog_offset=8)  # durable: the open batch too
+    assert on_disk("c", "d") == (b"5", b"6", 8, 9)
+    store.apply_lazily([StoreWrite("e", b"7")], changelog_offset=9)
+    store.close()
+    assert on_disk("e") == (b"7", 9, 9)
+
+
+def test_lazy_writes_are_synced_after_their_interval(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "p0.sqlite", sync_after_s=0)
+    store.apply_lazily([StoreWrite("a", b"1")], changelog_offset=1)
+    other = LocalStore(tmp_path / "p0.sqlite")
+    assert (other.get("a"), other.changelog_offset()) == (b"1", 1)
+
+
+def test_a_failed_lazy_write_keeps_none_of_its_batch(tmp_path: Path) -> None:
+    """Half of a batch on disk would put states and offset out of step: after a failure the
+    store refuses writes, and closing it drops the whole open batch."""
+    store = LocalStore(tmp_path / "p0.sqlite", sync_after_s=3600)
+    store.apply([StoreWrite("a", b"1")], changelog_offset=1)
+    store.apply_lazily([StoreWrite("b", b"2")], changelog_offset=2)
+    unbindable = StoreWrite("c", b"5", object())  # type: ignore[arg-type]
+    with pytest.raises(sqlite3.Error):  # after "a" is written, in the same statement
+        store.apply_lazily([StoreWrite("a", b"3"), unbindable], changelog_offset=3)
+    for write in (store.apply_lazily, store.apply):
+        with pytest.raises(sqlite3.OperationalError, match="close this store"):
+            write([StoreWrite("d", b"4")], 4)
+    store.close()
+    reopened = LocalStore(tmp_path / "p0.sqlite")
+    assert [reopened.get(s) for s in "abc"] == [b"1", None, None]
+    assert reopened.changelog_offset() == 1
 
 
 def test_the_last_write_of_a_session_in_one_batch_wins(tmp_path: Path) -> None:
@@ -174,6 +227,7 @@ def test_an_orphan_resume_is_answered_when_other_sessions_intents_pass_its_deadl
     task.changelog_records()
     task.persist()
     assert (store.watermark(), store.parked_due(10_000 + PARK_MS)) == (10_000 + PARK_MS - 1, ["s1"])
+    store.close()  # a stop: step 6's last writes reach the disk
 
     restarted = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
     assert restarted.watermark == 10_000 + PARK_MS - 1
