@@ -16,6 +16,7 @@ alone. It prints CPU microseconds per input by stage, and the codec's decode alo
 from __future__ import annotations
 
 import argparse
+import gc
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from confluent_kafka import Message
 
 from engine.core.events import Event
 from engine.runtime.commit_loop import CONSUME_BATCH, CommitLoop
+from engine.runtime.memory import tune_gc
 from engine.runtime.ordering import Buffered
 from engine.settings import load_settings
 from engine.wire import RecordType
@@ -123,8 +125,7 @@ def run_once(loop: CommitLoop, batches: list[list[Message]]) -> tuple[int, list[
     spent = [0.0] * 4
     for messages in batches:
         t0 = clock()
-        for message in messages:
-            loop._take(message)
+        loop._take(messages)
         spent[0] += clock() - t0
         while True:
             t1 = clock()
@@ -155,6 +156,9 @@ def main() -> None:
     kinds = {RecordType.INTENT: topics.intents, RecordType.ACK: topics.acks}
     kinds[RecordType.RESUME] = topics.resumes
     batches, ends = consumed_batches(args.sessions, kinds)
+    tune_gc(loop.settings.gc_gen0_threshold)  # as `reconciler run` does
+    gc.collect()
+    gc.freeze()  # what the setup built, as the engine's collector freezes after each commit
     loop.order.caught_up = lambda topic, partition, after: after >= ends[(topic, partition)]
     best = [float("inf")] * 4
     handled = 0
