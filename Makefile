@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 # build reads the sources, old extensions or none). PURE=1 skips it on purpose (the same
 # sources run uncompiled, about twice the CPU per event).
 COMPILED := $(VENV)/.compiled
-$(COMPILED): $(STAMP) tools/build_compiled.py $(wildcard engine/*.py engine/core/*.py engine/wire/*.py schemas/*.avsc)
+$(COMPILED): $(STAMP) tools/build_compiled.py $(wildcard engine/*.py engine/core/*.py engine/wire/*.py schemas/*.avsc) engine/runtime/ingest.py engine/runtime/ordering.py
 	RECONCILER_PURE=1 $(PY) -m tools.build_compiled
 	@touch $@
 

@@ -41,6 +41,7 @@ together, and the pure-Python murmur2 costs ~4 us a key. Cleared whole when full
 # The metrics label of each kind of input, made once rather than per input.
 INTENT_KINDS = {kind: f"intent_{kind.value.lower()}" for kind in IntentKind}
 ACK_KINDS = {outcome: f"ack_{outcome.value.lower()}" for outcome in AckOutcome}
+EVENT_TYPES = (IntentEvent, AckEvent, ResumeEvent, RepairEvent)
 
 
 class Ingest:
@@ -58,12 +59,30 @@ class Ingest:
     def accept(self, message: Message, topic: str, partition: int, offset: int) -> Event | Rejected:
         """The event a consumed record holds, or its dead letter; the caller passes the
         record's position, which it has read already (an accessor call each)."""
-        source = SourcePosition(topic, partition, offset)
         key, value = message.key(), message.value()
         try:
-            event = self._decode(topic, value or b"", source)
-            self._check_placement(event, key, source)
+            kinds = self.record_types[topic]
+            if len(kinds) == 1:
+                model = self.codec.decode(kinds[0], value or b"")
+                if not isinstance(model, EVENT_TYPES):
+                    raise DecodeError(
+                        DecodeReason.WRONG_RECORD_TYPE, f"{topic} carries no such record"
+                    )
+                event: Event = model
+            else:
+                event = self._decode(topic, kinds, value or b"")
+            # placement: keyed by its session id, in the partition murmur2 gives that key
+            if key is None or key != event.session_id.encode():
+                raise self._not_keyed(event, key)
+            expected = self._placement.get(key)
+            if expected != partition:
+                if expected is None:
+                    expected = self._place(key)
+                if expected != partition:
+                    raise self._misplaced(event, expected, partition)
         except DecodeError as error:
+            # the position only now: building it for every record costs ~0.5 us
+            source = SourcePosition(topic, partition, offset)
             return self._dead_letter(error.at(source), source, key, value, message)
         return event
 
@@ -94,37 +113,39 @@ class Ingest:
             return "resume"
         return "repair"
 
-    def _decode(self, topic: str, value: bytes, source: SourcePosition) -> Event:
-        kinds = self.record_types[topic]
+    def _decode(self, topic: str, kinds: tuple[RecordType, ...], value: bytes) -> Event:
         for kind in kinds:
             try:
-                model = self.codec.decode(kind, value, source=source)
+                model = self.codec.decode(kind, value)
             except DecodeError as error:
                 if error.reason is DecodeReason.WRONG_RECORD_TYPE and kind is not kinds[-1]:
                     continue
                 raise
-            if isinstance(model, IntentEvent | AckEvent | ResumeEvent | RepairEvent):
+            if isinstance(model, EVENT_TYPES):
                 return model
         raise DecodeError(DecodeReason.WRONG_RECORD_TYPE, f"{topic} carries no such record")
 
-    def _check_placement(self, event: Event, key: bytes | None, source: SourcePosition) -> None:
-        if key is None or key != event.session_id.encode():
-            raise DecodeError(
-                DecodeReason.INVALID_FIELDS,
-                f"record key {key!r} is not the session id {event.session_id!r}; "
-                "producers must key every record by its session id",
-            )
-        expected = self._placement.get(key)
-        if expected is None:
-            if len(self._placement) >= PLACEMENT_CACHE:
-                self._placement.clear()
-            expected = self._placement[key] = partition_for(key, self.partitions)
-        if expected != source.partition:
-            raise DecodeError(
-                DecodeReason.INVALID_FIELDS,
-                f"session {event.session_id!r} belongs in partition {expected}, not "
-                f"{source.partition}; producers must use the murmur2 partitioner",
-            )
+    def _place(self, key: bytes) -> int:
+        if len(self._placement) >= PLACEMENT_CACHE:
+            self._placement.clear()
+        placed = self._placement[key] = partition_for(key, self.partitions)
+        return placed
+
+    @staticmethod
+    def _not_keyed(event: Event, key: bytes | None) -> DecodeError:
+        return DecodeError(
+            DecodeReason.INVALID_FIELDS,
+            f"record key {key!r} is not the session id {event.session_id!r}; "
+            "producers must key every record by its session id",
+        )
+
+    @staticmethod
+    def _misplaced(event: Event, expected: int, partition: int) -> DecodeError:
+        return DecodeError(
+            DecodeReason.INVALID_FIELDS,
+            f"session {event.session_id!r} belongs in partition {expected}, not "
+            f"{partition}; producers must use the murmur2 partitioner",
+        )
 
     def _dead_letter(
         self,
