@@ -12,7 +12,6 @@ from engine.core.decide import (
     decide,
     make_trail,
     reject,
-    with_,
 )
 from engine.core.events import (
     AckEvent,
@@ -49,7 +48,7 @@ def fold_ack(
             )
             if late:
                 why = "a fenced-out writer's append landed after another holder was told to append"
-                state = with_(state, health=Health.VIOLATED, health_reason=Reason.LATE_APPEND)
+                state = replace(state, health=Health.VIOLATED, health_reason=Reason.LATE_APPEND)
                 return state, decide(
                     state,
                     event,
@@ -168,7 +167,7 @@ def answer_unready(state: SessionState, event: AckEvent, why: str) -> tuple[Sess
             suffix=AnswerSuffix.FINAL,
         )
     if may_have_written(event) and state.health is Health.CLEAR:
-        state = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.UNKNOWN_FENCE)
+        state = replace(state, health=Health.AMBIGUOUS, health_reason=Reason.UNKNOWN_FENCE)
         why += f"; it says {event.outcome}: a write may have landed under a fence never granted"
         return state, decide(
             state,
@@ -232,14 +231,14 @@ def _apply_evidence(
     if _from_older_attempt(state, slot, event):
         if event.outcome is AckOutcome.COMMITTED and count != 0:
             # The old attempt landed after a new holder was told to append: a duplicate.
-            return with_(state, health=Health.VIOLATED, health_reason=Reason.LATE_APPEND), (
+            return replace(state, health=Health.VIOLATED, health_reason=Reason.LATE_APPEND), (
                 Reason.LATE_APPEND
             )
         return state, Reason.ACCEPTED  # a failure of an earlier attempt says nothing of this one
     if event.outcome is AckOutcome.COMMITTED and count is not None and 0 < count < n:
         new_slot = replace(slot, partial_seen=True)
         return (
-            with_(
+            replace(
                 state, slot=new_slot, health=Health.AMBIGUOUS, health_reason=Reason.PARTIAL_COMMIT
             ),
             Reason.PARTIAL_COMMIT,
@@ -249,7 +248,7 @@ def _apply_evidence(
     if event.outcome is AckOutcome.COMMITTED:
         if slot.status in (SlotStatus.HELD, SlotStatus.DISCARDED):
             return (
-                with_(state, health=Health.VIOLATED, health_reason=Reason.GATE_VIOLATION),
+                replace(state, health=Health.VIOLATED, health_reason=Reason.GATE_VIOLATION),
                 Reason.GATE_VIOLATION,
             )
         store = event.source is AckSource.STORE
@@ -260,13 +259,13 @@ def _apply_evidence(
         if slot.status in UNRESOLVED:
             update["status"] = SlotStatus.COMMITTED
         if slot.not_written:
-            state = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.AMBIGUOUS)
-            return with_(state, slot=replace(slot, **update)), Reason.AMBIGUOUS
-        return with_(state, slot=replace(slot, **update)), Reason.ACCEPTED
+            state = replace(state, health=Health.AMBIGUOUS, health_reason=Reason.AMBIGUOUS)
+            return replace(state, slot=replace(slot, **update)), Reason.AMBIGUOUS
+        return replace(state, slot=replace(slot, **update)), Reason.ACCEPTED
     if event.outcome is AckOutcome.NOT_WRITTEN:
         new_slot = replace(slot, not_written=True)
         if slot.committed_by_store or slot.committed_by_runner:
-            state = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.AMBIGUOUS)
-            return with_(state, slot=new_slot), Reason.AMBIGUOUS
-        return with_(state, slot=new_slot), Reason.ACCEPTED
+            state = replace(state, health=Health.AMBIGUOUS, health_reason=Reason.AMBIGUOUS)
+            return replace(state, slot=new_slot), Reason.AMBIGUOUS
+        return replace(state, slot=new_slot), Reason.ACCEPTED
     return state, Reason.ACCEPTED

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, final
+from typing import Final, final
 
 from msgspec.structs import replace
 
@@ -125,13 +125,9 @@ def action_of(verdict: Verdict, reason: Reason) -> RunnerAction:
     return _ACTION_OF_VERDICT.get(verdict, RUNNER_NONE)
 
 
-def with_(state: SessionState, **changes: Any) -> SessionState:
-    return replace(state, **changes)
-
-
 def _remember(state: SessionState, event_id: str) -> SessionState:
     recent = [*state.recent_event_ids, event_id][-RECENT_EVENT_IDS:]
-    return with_(state, recent_event_ids=recent)
+    return replace(state, recent_event_ids=recent)
 
 
 def reject(

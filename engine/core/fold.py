@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from msgspec.structs import replace
+
 from engine.core.acks import ack_ready, fold_ack
 from engine.core.decide import (
     ACTION_REPAIR,
@@ -36,7 +38,6 @@ from engine.core.decide import (
     action_of,
     decide,
     make_trail,
-    with_,
 )
 from engine.core.errors import SessionMismatchError
 from engine.core.events import (
@@ -68,7 +69,7 @@ __all__ = ["FoldResult", "fold", "replay"]
 
 def _remember(state: SessionState, event_id: str) -> SessionState:
     recent = [*state.recent_event_ids, event_id][-RECENT_EVENT_IDS:]
-    return with_(state, recent_event_ids=recent)
+    return replace(state, recent_event_ids=recent)
 
 
 def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:

@@ -9,7 +9,6 @@ from engine.core.decide import (
     evidence,
     make_trail,
     reject,
-    with_,
 )
 from engine.core.events import (
     Decision,
@@ -51,7 +50,7 @@ def fold_repair(state: SessionState, event: RepairEvent) -> tuple[SessionState, 
             committed_by_runner=False,
         )
     # A repair also ends the current grant: the next resume starts a fresh authority epoch.
-    repaired = with_(
+    repaired = replace(
         state,
         slot=new_slot,
         health=Health.CLEAR,

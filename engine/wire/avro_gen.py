@@ -134,7 +134,7 @@ class _WriterGen(_Gen):
         for field, field_avro, field_info in self.record_fields(avro, info):
             self.write(field_avro, field_info, f"v.{field}", body, "    ")
         cls = self.cls(info.cls)
-        self.lines += [f"def {fn}(v: {cls}, o: bytearray) -> None:", *(body or ["    pass"]), ""]
+        self.lines += [f"def {fn}(v: {cls}, o: list[bytes]) -> None:", *(body or ["    pass"]), ""]
         return fn
 
     def write(self, avro: Any, info: Any, expr: str, out: list[str], ind: str) -> None:
@@ -142,7 +142,7 @@ class _WriterGen(_Gen):
         avro = self.resolve(avro)
         kind = _kind(avro)
         if self.raw_digest(avro, info):
-            out.append(f"{ind}o += {_RAW_DIGEST_LENGTH!r} + _hexraw({expr})")
+            out += [f"{ind}o.append({_RAW_DIGEST_LENGTH!r})", f"{ind}o.append(_hexraw({expr}))"]
         elif kind == "string":
             t = self.temp()
             out.append(f"{ind}{t} = {expr}.encode()")
@@ -154,21 +154,21 @@ class _WriterGen(_Gen):
         elif kind == "long":
             t = self.temp()
             out.append(f"{ind}{t} = {expr}")
-            out.append(f"{ind}o += _SMALL[{t} + 64] if -64 <= {t} < 64 else _long({t})")
+            out.append(f"{ind}o.append(_SMALL[{t} + 64] if -64 <= {t} < 64 else _long({t}))")
         elif kind == "int":
-            out.append(f"{ind}o += _int({expr})")
+            out.append(f"{ind}o.append(_int({expr}))")
         elif kind == "boolean":
-            out.append(f"{ind}o += b'\\x01' if {expr} else b'\\x00'")
+            out.append(f"{ind}o.append(b'\\x01' if {expr} else b'\\x00')")
         elif kind == "enum":
             symbols = {s: _long(i) for i, s in enumerate(avro["symbols"])}
             table = self.const("E", symbols, "dict[str, bytes]", repr(symbols))
-            out.append(f"{ind}o += {table}[{expr}]")
+            out.append(f"{ind}o.append({table}[{expr}])")
         elif kind == "array":
             t, x = self.temp(), self.temp()
-            out += [f"{ind}{t} = {expr}", f"{ind}if {t}:", f"{ind}    o += _long(len({t}))"]
+            out += [f"{ind}{t} = {expr}", f"{ind}if {t}:", f"{ind}    o.append(_long(len({t})))"]
             out.append(f"{ind}    for {x} in {t}:")
             self.write(avro["items"], _list_item(info), x, out, ind + "        ")
-            out.append(f"{ind}o += b'\\x00'")
+            out.append(f"{ind}o.append(b'\\x00')")
         elif kind == "record":  # inline: a call per nested record costs more than its fields
             self.named.setdefault(avro["name"], avro)
             t = self.temp()
@@ -179,8 +179,8 @@ class _WriterGen(_Gen):
             other = 1 - avro.index("null")
             t = self.temp()
             out += [f"{ind}{t} = {expr}", f"{ind}if {t} is None:"]
-            out += [f"{ind}    o += {_long(1 - other)!r}", f"{ind}else:"]
-            out.append(f"{ind}    o += {_long(other)!r}")
+            out += [f"{ind}    o.append({_long(1 - other)!r})", f"{ind}else:"]
+            out.append(f"{ind}    o.append({_long(other)!r})")
             self.write(avro[other], _non_null(info), t, out, ind + "    ")
         else:
             raise UnsupportedSchemaError(f"Avro type {avro!r}")
@@ -313,8 +313,11 @@ class _ReaderGen(_Gen):
 def _write_length(data: str, out: list[str], ind: str) -> None:
     # Most strings are shorter than 64 bytes: their length is one precomputed byte.
     n = f"n{data}"
-    out += [f"{ind}{n} = len({data})", f"{ind}o += _SMALL[{n} + 64] if {n} < 64 else _long({n})"]
-    out.append(f"{ind}o += {data}")
+    out += [
+        f"{ind}{n} = len({data})",
+        f"{ind}o.append(_SMALL[{n} + 64] if {n} < 64 else _long({n}))",
+    ]
+    out.append(f"{ind}o.append({data})")
 
 
 def _inline_long(target: str, out: list[str], ind: str) -> None:
@@ -387,9 +390,9 @@ def _writer_gen(parsed_schema: Mapping[str, Any], value_type: type[msgspec.Struc
     top = gen.function(parsed_schema, msgspec.inspect.type_info(value_type))
     gen.lines += [
         f"def _{gen.prefix}write(v: {gen.cls(value_type)}) -> bytes:",
-        "    o = bytearray()",
+        "    o: list[bytes] = []",
         f"    {top}(v, o)",
-        "    return bytes(o)",
+        '    return b"".join(o)',
         "",
     ]
     return gen
