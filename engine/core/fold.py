@@ -45,11 +45,25 @@ from engine.core.events import (
     Decision,
     Event,
     IntentEvent,
-    Reason,
     ResumeEvent,
     RunnerAction,
-    TrailStep,
     Verdict,
+)
+from engine.core.members import (
+    HEALTH_CLEAR,
+    HEALTH_VIOLATED,
+    REASON_AWAITING_INTENT,
+    REASON_DUPLICATE,
+    REASON_HELD_RIDES,
+    REASON_KNOWN_COMMITTED,
+    REASON_REGRANT_DUPLICATE_REQUEST,
+    REASON_SESSION_AMBIGUOUS,
+    REASON_SESSION_VIOLATED,
+    SLOT_HELD,
+    STEP_WHY,
+    VERDICT_DEFERRED,
+    VERDICT_RECORDED,
+    VERDICT_WITHHELD,
 )
 from engine.core.parked import (
     drain,
@@ -62,7 +76,7 @@ from engine.core.parked import (
 )
 from engine.core.repairs import fold_repair
 from engine.core.resumes import fold_resume
-from engine.core.state import RECENT_EVENT_IDS, Health, SessionState, SlotStatus
+from engine.core.state import RECENT_EVENT_IDS, SessionState
 
 __all__ = ["FoldResult", "fold", "replay"]
 
@@ -147,31 +161,31 @@ def replay(events: Iterable[Event]) -> list[Decision]:
 
 def _grant_action(state: SessionState, verdict: Verdict) -> RunnerAction:
     """The action of the standing grant: a CONTINUE over a still-held batch releases it later."""
-    held = state.slot is not None and state.slot.status is SlotStatus.HELD
-    return action_of(verdict, Reason.HELD_RIDES if held else Reason.KNOWN_COMMITTED)
+    held = state.slot is not None and state.slot.status is SLOT_HELD
+    return action_of(verdict, REASON_HELD_RIDES if held else REASON_KNOWN_COMMITTED)
 
 
 def _answer_duplicate(state: SessionState, event: Event) -> Decision:
-    why = make_trail((TrailStep.WHY, "event id already folded; nothing changes"))
+    why = make_trail((STEP_WHY, "event id already folded; nothing changes"))
     if isinstance(event, ResumeEvent):
-        if event.event_id == state.grant_request_id and state.health is not Health.CLEAR:
+        if event.event_id == state.grant_request_id and state.health is not HEALTH_CLEAR:
             # Re-granting a request the session has since turned ambiguous or violated on would
             # hand out authority the engine no longer gives to anyone.
             reason = (
-                Reason.SESSION_VIOLATED
-                if state.health is Health.VIOLATED
-                else Reason.SESSION_AMBIGUOUS
+                REASON_SESSION_VIOLATED
+                if state.health is HEALTH_VIOLATED
+                else REASON_SESSION_AMBIGUOUS
             )
-            return decide(state, event, Verdict.WITHHELD, reason, trail=why, action=ACTION_REPAIR)
+            return decide(state, event, VERDICT_WITHHELD, reason, trail=why, action=ACTION_REPAIR)
         if event.event_id == state.grant_request_id and state.grant_verdict is not None:
             return decide(
                 state,
                 event,
                 state.grant_verdict,
-                Reason.REGRANT_DUPLICATE_REQUEST,
+                REASON_REGRANT_DUPLICATE_REQUEST,
                 runner_action=_grant_action(state, state.grant_verdict),
             )
         if any(p.resume.event_id == event.event_id for p in state.parked_resumes):
-            return decide(state, event, Verdict.DEFERRED, Reason.AWAITING_INTENT, final=False)
-        return decide(state, event, Verdict.WITHHELD, Reason.DUPLICATE, trail=why)
-    return decide(state, event, Verdict.RECORDED, Reason.DUPLICATE, trail=why)
+            return decide(state, event, VERDICT_DEFERRED, REASON_AWAITING_INTENT, final=False)
+        return decide(state, event, VERDICT_WITHHELD, REASON_DUPLICATE, trail=why)
+    return decide(state, event, VERDICT_RECORDED, REASON_DUPLICATE, trail=why)

@@ -17,14 +17,17 @@ from engine.core.authority import awaits_grant
 from engine.core.decide import decide, make_trail, reject
 from engine.core.events import (
     AckEvent,
-    AnswerSuffix,
     Decision,
     IntentEvent,
-    Reason,
-    TrailStep,
-    Verdict,
 )
 from engine.core.intents import awaits_failure, fold_intent, opens_attempt
+from engine.core.members import (
+    REASON_PARKED,
+    REASON_UNKNOWN_FENCE,
+    STEP_WHY,
+    SUFFIX_FINAL,
+    VERDICT_RECORDED,
+)
 from engine.core.resumes import awaits, evaluate_resume, expire_parked
 from engine.core.state import PARK_MS, PARKED_WRITES_LIMIT, SessionState
 
@@ -44,13 +47,11 @@ def park_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, 
     if not awaits_grant(state, event):
         why = f"re-arm of {event.intent_id} ahead of the failure it retries"
     decisions = [
-        decide(
-            state, event, Verdict.RECORDED, Reason.PARKED, trail=make_trail((TrailStep.WHY, why))
-        )
+        decide(state, event, VERDICT_RECORDED, REASON_PARKED, trail=make_trail((STEP_WHY, why)))
     ]
     for old in evicted:
         why = f"no grant of fence {old.fence_token} arrived while {PARKED_WRITES_LIMIT} waited"
-        decisions.append(reject(new_state, old, Reason.UNKNOWN_FENCE, why, AnswerSuffix.FINAL))
+        decisions.append(reject(new_state, old, REASON_UNKNOWN_FENCE, why, SUFFIX_FINAL))
     return new_state, decisions
 
 
@@ -62,9 +63,7 @@ def park_ack(state: SessionState, event: AckEvent) -> tuple[SessionState, list[D
     new_state = replace(state, parked_acks=kept)
     why = "the ack refers to an intent, fence, release or re-arm not folded yet"
     decisions = [
-        decide(
-            state, event, Verdict.RECORDED, Reason.PARKED, trail=make_trail((TrailStep.WHY, why))
-        )
+        decide(state, event, VERDICT_RECORDED, REASON_PARKED, trail=make_trail((STEP_WHY, why)))
     ]
     for old in evicted:
         why = f"what the ack refers to did not arrive while {PARKED_WRITES_LIMIT} acks waited"
@@ -74,9 +73,9 @@ def park_ack(state: SessionState, event: AckEvent) -> tuple[SessionState, list[D
 
 
 def _final(decision: Decision) -> Decision:
-    if decision.decision_id.endswith(AnswerSuffix.FINAL):
+    if decision.decision_id.endswith(SUFFIX_FINAL):
         return decision
-    return replace(decision, decision_id=decision.in_reply_to + AnswerSuffix.FINAL)
+    return replace(decision, decision_id=decision.in_reply_to + SUFFIX_FINAL)
 
 
 def drain(state: SessionState) -> tuple[SessionState, list[Decision]]:
@@ -93,9 +92,7 @@ def drain(state: SessionState) -> tuple[SessionState, list[Decision]]:
         ack = next((a for a in state.parked_acks if ack_ready(state, a)), None)
         if ack is not None:
             rest_acks = [a for a in state.parked_acks if a.event_id != ack.event_id]
-            state, decision = fold_ack(
-                replace(state, parked_acks=rest_acks), ack, AnswerSuffix.FINAL
-            )
+            state, decision = fold_ack(replace(state, parked_acks=rest_acks), ack, SUFFIX_FINAL)
             decisions.append(decision)
             continue
         parked = next((p for p in state.parked_resumes if not awaits(state, p.resume)), None)
@@ -109,7 +106,7 @@ def drain(state: SessionState) -> tuple[SessionState, list[Decision]]:
         state, settled = expire_writes(
             replace(state, parked_resumes=rest_resumes), parked.resume.event_time_ms, unseen=False
         )
-        state, decision = evaluate_resume(state, parked.resume, parked.position, AnswerSuffix.FINAL)
+        state, decision = evaluate_resume(state, parked.resume, parked.position, SUFFIX_FINAL)
         decisions.append(decision)
         decisions.extend(settled)
 
@@ -172,7 +169,7 @@ def _judge_acks(state: SessionState, acks: list[AckEvent]) -> tuple[SessionState
     decisions: list[Decision] = []
     for ack in acks:
         rest = [a for a in state.parked_acks if a.event_id != ack.event_id]
-        state, decision = fold_ack(replace(state, parked_acks=rest), ack, AnswerSuffix.FINAL)
+        state, decision = fold_ack(replace(state, parked_acks=rest), ack, SUFFIX_FINAL)
         decisions.append(decision)
     return state, decisions
 
@@ -235,7 +232,7 @@ def expire_writes(
         why = f"no grant of fence {intent.fence_token} arrived within {PARK_MS} ms of event time"
         rest = [i for i in state.parked_intents if i.event_id != intent.event_id]
         state = replace(state, parked_intents=rest)
-        decisions.append(reject(state, intent, Reason.UNKNOWN_FENCE, why, AnswerSuffix.FINAL))
+        decisions.append(reject(state, intent, REASON_UNKNOWN_FENCE, why, SUFFIX_FINAL))
     for intent in retries:
         rest = [i for i in state.parked_intents if i.event_id != intent.event_id]
         state, decision = fold_intent(replace(state, parked_intents=rest), intent)
