@@ -91,10 +91,24 @@ def read_long(b: bytes, p: int) -> tuple[int, int]:
     return (n >> 1) ^ -(n & 1), p
 
 
+_RAW: Final[dict[str, bytes]] = {}
+_RAW_ENTRIES: Final = 4096
+"""Digests converted lately. A session's state is written again after each of its inputs and
+carries the same digests each time, so most conversions repeat one already checked; a str
+caches its hash, which makes the lookup a fraction of ``fromhex`` + ``hex`` + compare. Emptied
+when full (at most about 1 MB): a bound, not a policy."""
+
+
 def hex_to_raw(text: str) -> bytes:
     """The 32 raw bytes of a lowercase hex SHA-256 digest (session_state v3 stores item digests
     raw, `engine.wire.raw_digests`); refuses upper case and spaces, which `bytes.fromhex` takes."""
+    raw = _RAW.get(text)
+    if raw is not None:
+        return raw
     raw = bytes.fromhex(text)
     if len(raw) != 32 or raw.hex() != text:
         raise ValueError("expected 64 lowercase hex characters")
+    if len(_RAW) >= _RAW_ENTRIES:
+        _RAW.clear()
+    _RAW[text] = raw
     return raw
