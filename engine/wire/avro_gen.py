@@ -18,7 +18,7 @@ import hashlib
 import importlib
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -27,7 +27,13 @@ from engine.wire import avro_prims
 from engine.wire.limits import WireLimits
 
 Writer = Callable[[Any], bytes]
-Reader = Callable[[bytes], Any]
+
+
+class Reader(Protocol):
+    """Body bytes -> value or None. ``start``: where the body begins in ``data`` (a framed
+    record is read in place, without first copying its body out)."""
+
+    def __call__(self, data: bytes, start: int = 0, /) -> Any: ...
 
 
 class UnsupportedSchemaError(Exception):
@@ -404,9 +410,9 @@ def _reader_gen(
     gen = _ReaderGen(limits, _prefix(parsed_schema), parsed_schema)
     top = gen.function(parsed_schema, msgspec.inspect.type_info(value_type))
     gen.lines += [
-        f"def _{gen.prefix}read(b: bytes) -> {gen.cls(value_type)} | None:",
+        f"def _{gen.prefix}read(b: bytes, start: int = 0) -> {gen.cls(value_type)} | None:",
         "    try:",
-        f"        v, p = {top}(b, 0)",
+        f"        v, p = {top}(b, start)",
         "    except Exception:",  # bad bytes raise many types here; all mean: decline
         "        return None",
         "    return v if p == len(b) else None",
