@@ -36,6 +36,10 @@ ONE: Final[tuple[int, ...]] = tuple(
 
 BOOL: Final[tuple[bool, bool]] = (False, True)
 
+HEX_KEEP: Final = bytes(c if c in b"0123456789abcdef" else c ^ 0x80 for c in range(256))
+"""A translation table that keeps the lowercase hex digits (what `DIGEST_PATTERN` allows) and
+changes every other byte: bytes are such digits alone iff translating leaves them equal."""
+
 
 _NATIVE: Final = 1 << 60
 """Below this magnitude the zigzag value and its varint stay small ints under mypyc (no
