@@ -26,8 +26,14 @@ from tools import kafka_local
 
 pytestmark = pytest.mark.kafka
 
-RESTARTS = int(os.environ.get("RECONCILER_SOAK_RESTARTS", "1"))
-RECOVERY_S = 60.0
+# Two by default: the stale-coordinator hang (clients.py, metadata.recovery.strategy) showed on
+# the first restart only in some runs, on the second in most.
+RESTARTS = int(os.environ.get("RECONCILER_SOAK_RESTARTS", "2"))
+RECOVERY_MARGIN_S = 10.0
+"""Beyond the group session timeout: the engine's consumer may be evicted just after the broker
+is back (its heartbeats failed while it was away), then new clients, the rejoin backoff (0.5 s),
+the join, the restore, one commit and this test's own tail consumer. It was the watchdog's
+budget (transaction timeout + margin, 40 s here) while send_offsets hung."""
 
 
 def _steady_load(
@@ -112,42 +118,49 @@ class _DecisionTail:
         return wanted <= self.ids
 
 
-# Each restart takes the broker ~10 s and recovery up to 60 s: the soak's size scales the time;
-# `make test`'s single restart keeps the default.
-@pytest.mark.timeout(max(300, 180 + 75 * RESTARTS))
+def _probe(
+    bootstrap: str, settings: Settings, n: int, timeout_s: float
+) -> tuple[list[Event], bool]:
+    """Fresh sessions produced now; True once all of their decisions are readable."""
+    probe = [
+        replace(e, session_id=f"probe-{n}-{e.session_id}", event_id=f"probe-{n}-{e.event_id}")
+        for e in workload(2, seed=1_000 + n)
+    ]
+    produce(bootstrap, settings, probe)
+    tail = _DecisionTail(bootstrap, settings)
+    try:
+        return probe, tail.wait_for({e.event_id for e in probe}, timeout_s)
+    finally:
+        tail.consumer.close()
+
+
+# Each restart takes the broker ~10 s and recovery up to RECOVERY_MARGIN_S + the session
+# timeout: the soak's size scales the time.
+@pytest.mark.timeout(max(300, 180 + 45 * RESTARTS))
 def test_broker_restart_under_load(
     kafka_bootstrap: str, kafka_instance: str, unique_name: str, tmp_path: Path
 ) -> None:
-    """`make test`: one restart. `make soak`: RECONCILER_SOAK_RESTARTS restarts under a steady
-    load, each followed by fresh sessions that must be decided within 60 s, no manual step."""
+    """`make test`: two restarts. `make soak`: RECONCILER_SOAK_RESTARTS restarts under a steady
+    load, each followed by fresh sessions that must be decided within the session timeout +
+    RECOVERY_MARGIN_S of the broker answering again, no manual step."""
     settings = engine_settings(kafka_bootstrap, unique_name, tmp_path / "state")
+    bound_s = settings.session_timeout_ms / 1000 + RECOVERY_MARGIN_S
     events = workload(120 * max(1, RESTARTS // 4), seed=23)
     engine = EngineProcess(settings, tmp_path / "engine.log").start()
     load = _steady_load(kafka_bootstrap, settings, events, chunks=20 * RESTARTS, pause_s=0.3)
-    probes: list[Event] = []
     recoveries: list[float] = []
     try:
-        time.sleep(3)
+        # The first restart hits a running engine, not one still joining its group.
+        probes, flowing = _probe(kafka_bootstrap, settings, -1, timeout_s=60)
+        assert flowing, "the engine answered nothing within 60 s of its start"
         for n in range(RESTARTS):
             kafka_local.restart(kafka_instance)
             back = time.monotonic()
-            probe = [
-                replace(
-                    e,
-                    session_id=f"probe-{n}-{e.session_id}",
-                    event_id=f"probe-{n}-{e.event_id}",
-                )
-                for e in workload(2, seed=1_000 + n)
-            ]
+            probe, flowing = _probe(kafka_bootstrap, settings, n, bound_s)
             probes += probe
-            produce(kafka_bootstrap, settings, probe)
-            tail = _DecisionTail(kafka_bootstrap, settings)
-            try:
-                flowing = tail.wait_for({e.event_id for e in probe}, RECOVERY_S)
-            finally:
-                tail.consumer.close()
-            assert flowing, f"restart {n + 1}: no decisions within {RECOVERY_S:.0f}s"
+            assert flowing, f"restart {n + 1}: no decisions within {bound_s:.0f}s of broker up"
             recoveries.append(time.monotonic() - back)
+            print(f"restart {n + 1}: decisions again {recoveries[-1]:.1f}s after broker up")
         load.join()
         everything = events + probes
         seen = read_decisions(kafka_bootstrap, settings, until=len(everything), timeout_s=240)
@@ -161,5 +174,5 @@ def test_broker_restart_under_load(
     print(
         f"broker restarts: {RESTARTS}; decisions again after each within "
         f"max {max(recoveries):.1f}s, mean {sum(recoveries) / len(recoveries):.1f}s "
-        f"(from broker up); {len(everything)} inputs exactly once"
+        f"(from broker up; bound {bound_s:.0f}s); {len(everything)} inputs exactly once"
     )
