@@ -167,7 +167,16 @@ class _WriterGen(_Gen):
             out.append(f"{ind}o.append(b'\\x01' if {expr} else b'\\x00')")
         elif kind == "enum":
             symbols = {s: _long(i) for i, s in enumerate(avro["symbols"])}
-            table = self.const("E", symbols, "dict[str, bytes]", repr(symbols))
+            # Keyed by the enum's own members where it has them: a value is then found by
+            # identity, where a plain str key made each lookup compare the strings.
+            known = {m.value: m for m in info.cls} if _is_enum(info) else {}
+            keys = {s: known.get(s, s) for s in symbols}
+            source = ", ".join(
+                f"{self.member(keys[s]) if s in known else repr(s)}: {code!r}"
+                for s, code in symbols.items()
+            )
+            value = {keys[s]: code for s, code in symbols.items()}
+            table = self.const("E", value, "dict[str, bytes]", f"{{{source}}}")
             out.append(f"{ind}o.append({table}[{expr}])")
         elif kind == "array":
             t, x = self.temp(), self.temp()
@@ -344,6 +353,10 @@ def _kind(avro: Any) -> str | None:
     if isinstance(avro, str):
         return avro
     return avro.get("type") if isinstance(avro, dict) else None
+
+
+def _is_enum(info: Any) -> bool:
+    return isinstance(info, msgspec.inspect.EnumType)
 
 
 def _list_item(info: Any) -> Any:
