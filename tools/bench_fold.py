@@ -29,6 +29,7 @@ from engine.core.events import (
     Event,
     IntentEvent,
     IntentKind,
+    ItemFacts,
     PendingRecord,
     ResumeEvent,
 )
@@ -47,9 +48,18 @@ T0 = 1_767_225_600_000
 T = TypeVar("T")
 
 
-def session_events(n: int) -> list[Event]:
+def distinct_facts(n: int) -> list[ItemFacts]:
+    """Items of session ``n`` alone, as in a real partition (`FACTS` is one set for all)."""
+    return [
+        item_facts({"role": "user", "content": f"session {n} message {i}"}, ignore_ids=False)
+        for i in range(4)
+    ]
+
+
+def session_events(n: int, distinct: bool = False) -> list[Event]:
     sid, t = f"conv-{n:06d}", T0 + n
-    before, batch = [f.digest for f in FACTS[:2]], FACTS[2:4]
+    facts = distinct_facts(n) if distinct else FACTS
+    before, batch = [f.digest for f in facts[:2]], facts[2:4]
     record = PendingRecord(intent_id="w1", items=batch, before=before, persisted_count=2)
     intent = IntentEvent(
         event_id=f"{sid}/i",
@@ -83,7 +93,7 @@ def session_events(n: int) -> list[Event]:
             checkpoint_id="c1",
             binding=BINDING,
             pending=record,
-            observed_tail=[f.digest for f in FACTS[:4]],
+            observed_tail=[f.digest for f in facts[:4]],
             checkpoint_sequence=1,
         )
 
@@ -95,10 +105,11 @@ def session_events(n: int) -> list[Event]:
     return events
 
 
-def build_log(sessions: int) -> list[Event]:
+def build_log(sessions: int, distinct: bool = False) -> list[Event]:
     log: list[Event] = []
     for start in range(0, sessions, BLOCK):
-        per_session = [session_events(n) for n in range(start, min(start + BLOCK, sessions))]
+        ids = range(start, min(start + BLOCK, sessions))
+        per_session = [session_events(n, distinct) for n in ids]
         for step in range(max(len(events) for events in per_session)):
             log.extend(events[step] for events in per_session if step < len(events))
     return log
@@ -184,9 +195,15 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=2000)
     parser.add_argument("--commit-every", type=int, default=500, help="events per commit")
     parser.add_argument("--repeat", type=int, default=3, help="runs per stage (best is kept)")
+    parser.add_argument(
+        "--distinct-digests",
+        action="store_true",
+        help="each session its own item digests (default: one set shared by all sessions, "
+        "which flatters anything that remembers digests)",
+    )
     args = parser.parse_args()
 
-    log = build_log(args.sessions)
+    log = build_log(args.sessions, args.distinct_digests)
     records = encoded_log(log)
     n = len(records)
     decode_s, events = timed(lambda: decode_all(records), args.repeat)

@@ -12,66 +12,89 @@ from engine.core.decide import (
     decide,
     make_trail,
     reject,
-    with_,
 )
 from engine.core.events import (
     AckEvent,
-    AckOutcome,
-    AckSource,
     AnswerSuffix,
     Decision,
     Reason,
-    TrailStep,
-    Verdict,
+)
+from engine.core.members import (
+    HEALTH_AMBIGUOUS,
+    HEALTH_CLEAR,
+    HEALTH_VIOLATED,
+    OUTCOME_COMMITTED,
+    OUTCOME_NOT_WRITTEN,
+    OUTCOME_UNKNOWN,
+    REASON_ACCEPTED,
+    REASON_AMBIGUOUS,
+    REASON_GATE_VIOLATION,
+    REASON_LATE_APPEND,
+    REASON_PARTIAL_COMMIT,
+    REASON_STALE_FENCE,
+    REASON_UNKNOWN_FENCE,
+    REASON_UNKNOWN_INTENT,
+    SLOT_APPEND_GRANTED,
+    SLOT_COMMITTED,
+    SLOT_DISCARDED,
+    SLOT_HELD,
+    SLOT_PENDING,
+    SOURCE_RUNNER,
+    SOURCE_STORE,
+    STEP_ALERT,
+    STEP_EVIDENCE,
+    STEP_WHY,
+    SUFFIX_FINAL,
+    SUFFIX_FIRST,
+    VERDICT_RECORDED,
+    VERDICT_REJECTED,
 )
 from engine.core.state import (
     UNRESOLVED,
-    Health,
     IntentSlot,
     SessionState,
-    SlotStatus,
 )
 
 
 def fold_ack(
-    state: SessionState, event: AckEvent, suffix: AnswerSuffix = AnswerSuffix.FIRST
+    state: SessionState, event: AckEvent, suffix: AnswerSuffix = SUFFIX_FIRST
 ) -> tuple[SessionState, Decision]:
     """Fold an ack as it stands: the caller parks one that is not `ack_ready` (`parked.py`)."""
     slot = state.slot
-    if event.source is AckSource.RUNNER:
+    if event.source is SOURCE_RUNNER:
         refusal = check_writer(state, event.runner_id, event.fence_token, event.event_time_ms)
         if refusal is not None:
             late = (
-                event.outcome is AckOutcome.COMMITTED
+                event.outcome is OUTCOME_COMMITTED
                 and slot is not None
                 and slot.intent_id == event.intent_id
-                and slot.status is SlotStatus.APPEND_GRANTED
+                and slot.status is SLOT_APPEND_GRANTED
             )
             if late:
                 why = "a fenced-out writer's append landed after another holder was told to append"
-                state = with_(state, health=Health.VIOLATED, health_reason=Reason.LATE_APPEND)
+                state = replace(state, health=HEALTH_VIOLATED, health_reason=REASON_LATE_APPEND)
                 return state, decide(
                     state,
                     event,
-                    Verdict.REJECTED,
-                    Reason.LATE_APPEND,
-                    trail=make_trail((TrailStep.ALERT, why)),
+                    VERDICT_REJECTED,
+                    REASON_LATE_APPEND,
+                    trail=make_trail((STEP_ALERT, why)),
                     action=ACTION_REPAIR,
                     alert=True,
                     suffix=suffix,
                 )
-            if refusal is Reason.STALE_FENCE:
+            if refusal is REASON_STALE_FENCE:
                 # Evidence of an attempt older than the current grant: recorded, kept out of
                 # the current attempt (whether it is folded before or after the grant).
                 why = f"ack under fence {event.fence_token}, older than {state.fence_token}"
-                trail = make_trail((TrailStep.WHY, why))
+                trail = make_trail((STEP_WHY, why))
                 return state, decide(
-                    state, event, Verdict.RECORDED, refusal, trail=trail, suffix=suffix
+                    state, event, VERDICT_RECORDED, refusal, trail=trail, suffix=suffix
                 )
             why = "ack from a runner without authority"
             return state, reject(state, event, refusal, why, suffix)
     if slot is None or slot.intent_id != event.intent_id:  # the superseded intent's ack
-        return state, decide(state, event, Verdict.RECORDED, Reason.ACCEPTED, suffix=suffix)
+        return state, decide(state, event, VERDICT_RECORDED, REASON_ACCEPTED, suffix=suffix)
     new_state, reason, alert = apply_ack(state, slot, event)
     return new_state, ack_answer(new_state, event, reason, alert, suffix)
 
@@ -92,7 +115,7 @@ def ack_ready(state: SessionState, event: AckEvent) -> bool:
         return event.intent_id == state.previous_intent_id
     if awaits_rearm(state, event):
         return False
-    return not (event.outcome is AckOutcome.COMMITTED and slot.status is SlotStatus.HELD)
+    return not (event.outcome is OUTCOME_COMMITTED and slot.status is SLOT_HELD)
 
 
 def awaits_rearm(state: SessionState, event: AckEvent) -> bool:
@@ -110,12 +133,12 @@ def awaits_rearm(state: SessionState, event: AckEvent) -> bool:
     return (
         slot is not None
         and slot.intent_id == event.intent_id
-        and event.outcome is AckOutcome.COMMITTED
+        and event.outcome is OUTCOME_COMMITTED
         and event.committed_count in (None, len(slot.items))
         and event.fence_token in (None, state.fence_token)
         and slot.not_written
         and not slot.held
-        and slot.status in (SlotStatus.PENDING, SlotStatus.APPEND_GRANTED)
+        and slot.status in (SLOT_PENDING, SLOT_APPEND_GRANTED)
         and not (slot.committed_by_store or slot.committed_by_runner or slot.partial_seen)
     )
 
@@ -132,9 +155,9 @@ def knows_attempt(state: SessionState, event: AckEvent) -> bool:
 
 def may_have_written(event: AckEvent) -> bool:
     """The ack does not rule out that its batch (or part of it) is in the Session."""
-    if event.outcome is AckOutcome.UNKNOWN:
+    if event.outcome is OUTCOME_UNKNOWN:
         return True
-    return event.outcome is AckOutcome.COMMITTED and event.committed_count != 0
+    return event.outcome is OUTCOME_COMMITTED and event.committed_count != 0
 
 
 def answer_unready(state: SessionState, event: AckEvent, why: str) -> tuple[SessionState, Decision]:
@@ -156,31 +179,31 @@ def answer_unready(state: SessionState, event: AckEvent, why: str) -> tuple[Sess
       checkpoint that names it is withheld INTENT_NEVER_ARRIVED (SPEC.md §6 "Parked inputs").
     """
     if knows_attempt(state, event):
-        return fold_ack(state, event, AnswerSuffix.FINAL)
+        return fold_ack(state, event, SUFFIX_FINAL)
     if not awaits_grant(state, event):
-        trail = make_trail((TrailStep.WHY, why))
+        trail = make_trail((STEP_WHY, why))
         return state, decide(
             state,
             event,
-            Verdict.RECORDED,
-            Reason.UNKNOWN_INTENT,
+            VERDICT_RECORDED,
+            REASON_UNKNOWN_INTENT,
             trail=trail,
-            suffix=AnswerSuffix.FINAL,
+            suffix=SUFFIX_FINAL,
         )
-    if may_have_written(event) and state.health is Health.CLEAR:
-        state = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.UNKNOWN_FENCE)
+    if may_have_written(event) and state.health is HEALTH_CLEAR:
+        state = replace(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_UNKNOWN_FENCE)
         why += f"; it says {event.outcome}: a write may have landed under a fence never granted"
         return state, decide(
             state,
             event,
-            Verdict.REJECTED,
-            Reason.UNKNOWN_FENCE,
-            trail=make_trail((TrailStep.ALERT, why)),
+            VERDICT_REJECTED,
+            REASON_UNKNOWN_FENCE,
+            trail=make_trail((STEP_ALERT, why)),
             action=ACTION_REPAIR,
             alert=True,
-            suffix=AnswerSuffix.FINAL,
+            suffix=SUFFIX_FINAL,
         )
-    return state, reject(state, event, Reason.UNKNOWN_FENCE, why, AnswerSuffix.FINAL)
+    return state, reject(state, event, REASON_UNKNOWN_FENCE, why, SUFFIX_FINAL)
 
 
 def ack_answer(
@@ -190,11 +213,11 @@ def ack_answer(
     return decide(
         state,
         event,
-        Verdict.RECORDED,
+        VERDICT_RECORDED,
         reason,
         alert=alert,
         action=ACTION_REPAIR if alert else None,
-        trail=make_trail((TrailStep.EVIDENCE, f"{event.source} ack {event.outcome}")),
+        trail=make_trail((STEP_EVIDENCE, f"{event.source} ack {event.outcome}")),
         suffix=suffix,
     )
 
@@ -215,10 +238,10 @@ def apply_ack(
 def _from_older_attempt(state: SessionState, slot: IntentSlot, event: AckEvent) -> bool:
     """A store ack stamped with a fence older than the running APPEND_ONCE attempt's."""
     return (
-        event.source is AckSource.STORE
+        event.source is SOURCE_STORE
         and event.fence_token is not None
         and event.fence_token < state.fence_token
-        and slot.status is SlotStatus.APPEND_GRANTED
+        and slot.status is SLOT_APPEND_GRANTED
     )
 
 
@@ -227,46 +250,46 @@ def _apply_evidence(
 ) -> tuple[SessionState, Reason]:
     n = len(slot.items)
     count = event.committed_count
-    if event.runner_id and event.source is AckSource.RUNNER:
+    if event.runner_id and event.source is SOURCE_RUNNER:
         state = renew(state, event.runner_id, event.event_time_ms)
     if _from_older_attempt(state, slot, event):
-        if event.outcome is AckOutcome.COMMITTED and count != 0:
+        if event.outcome is OUTCOME_COMMITTED and count != 0:
             # The old attempt landed after a new holder was told to append: a duplicate.
-            return with_(state, health=Health.VIOLATED, health_reason=Reason.LATE_APPEND), (
-                Reason.LATE_APPEND
+            return replace(state, health=HEALTH_VIOLATED, health_reason=REASON_LATE_APPEND), (
+                REASON_LATE_APPEND
             )
-        return state, Reason.ACCEPTED  # a failure of an earlier attempt says nothing of this one
-    if event.outcome is AckOutcome.COMMITTED and count is not None and 0 < count < n:
+        return state, REASON_ACCEPTED  # a failure of an earlier attempt says nothing of this one
+    if event.outcome is OUTCOME_COMMITTED and count is not None and 0 < count < n:
         new_slot = replace(slot, partial_seen=True)
         return (
-            with_(
-                state, slot=new_slot, health=Health.AMBIGUOUS, health_reason=Reason.PARTIAL_COMMIT
+            replace(
+                state, slot=new_slot, health=HEALTH_AMBIGUOUS, health_reason=REASON_PARTIAL_COMMIT
             ),
-            Reason.PARTIAL_COMMIT,
+            REASON_PARTIAL_COMMIT,
         )
-    if event.outcome is AckOutcome.COMMITTED and count == 0:
-        event = replace(event, outcome=AckOutcome.NOT_WRITTEN)
-    if event.outcome is AckOutcome.COMMITTED:
-        if slot.status in (SlotStatus.HELD, SlotStatus.DISCARDED):
+    if event.outcome is OUTCOME_COMMITTED and count == 0:
+        event = replace(event, outcome=OUTCOME_NOT_WRITTEN)
+    if event.outcome is OUTCOME_COMMITTED:
+        if slot.status in (SLOT_HELD, SLOT_DISCARDED):
             return (
-                with_(state, health=Health.VIOLATED, health_reason=Reason.GATE_VIOLATION),
-                Reason.GATE_VIOLATION,
+                replace(state, health=HEALTH_VIOLATED, health_reason=REASON_GATE_VIOLATION),
+                REASON_GATE_VIOLATION,
             )
-        store = event.source is AckSource.STORE
+        store = event.source is SOURCE_STORE
         update: dict[str, Any] = {
             "committed_by_store": slot.committed_by_store or store,
             "committed_by_runner": slot.committed_by_runner or not store,
         }
         if slot.status in UNRESOLVED:
-            update["status"] = SlotStatus.COMMITTED
+            update["status"] = SLOT_COMMITTED
         if slot.not_written:
-            state = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.AMBIGUOUS)
-            return with_(state, slot=replace(slot, **update)), Reason.AMBIGUOUS
-        return with_(state, slot=replace(slot, **update)), Reason.ACCEPTED
-    if event.outcome is AckOutcome.NOT_WRITTEN:
+            state = replace(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_AMBIGUOUS)
+            return replace(state, slot=replace(slot, **update)), REASON_AMBIGUOUS
+        return replace(state, slot=replace(slot, **update)), REASON_ACCEPTED
+    if event.outcome is OUTCOME_NOT_WRITTEN:
         new_slot = replace(slot, not_written=True)
         if slot.committed_by_store or slot.committed_by_runner:
-            state = with_(state, health=Health.AMBIGUOUS, health_reason=Reason.AMBIGUOUS)
-            return with_(state, slot=new_slot), Reason.AMBIGUOUS
-        return with_(state, slot=new_slot), Reason.ACCEPTED
-    return state, Reason.ACCEPTED
+            state = replace(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_AMBIGUOUS)
+            return replace(state, slot=new_slot), REASON_AMBIGUOUS
+        return replace(state, slot=new_slot), REASON_ACCEPTED
+    return state, REASON_ACCEPTED

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from msgspec.structs import replace
+
 from engine.core.decide import (
     ACTION_REPAIR,
     decide,
     evidence,
     make_trail,
-    with_,
 )
 from engine.core.events import (
     AnswerSuffix,
@@ -79,7 +80,7 @@ def grant(
     """Grant authority; ``slot`` (if given) replaces the session's slot in the same update."""
     fence = max(state.fence_token + 1, position)
     changes: dict[str, Any] = {} if slot is None else {"slot": slot}
-    state = with_(
+    state = replace(
         state,
         **changes,
         holder=event.runner_id,

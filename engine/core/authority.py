@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from engine.core.decide import (
-    with_,
-)
+from msgspec.structs import replace
+
 from engine.core.events import (
     AckEvent,
     IntentEvent,
@@ -46,4 +45,4 @@ def awaits_grant(state: SessionState, event: IntentEvent | AckEvent) -> bool:
 
 def renew(state: SessionState, runner_id: str, at_ms: int) -> SessionState:
     lease = max(state.lease_expires_ms or 0, at_ms + LEASE_MS)
-    return with_(state, holder=runner_id, lease_expires_ms=lease)
+    return replace(state, holder=runner_id, lease_expires_ms=lease)

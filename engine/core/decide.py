@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, final
+from typing import Final, final
 
 from msgspec.structs import replace
 
@@ -20,12 +20,17 @@ from engine.core.events import (
     Verdict,
 )
 from engine.core.members import (
+    CLS_NONE,
     FENCE_ADVISORY,
     FENCE_STORE_ENFORCED,
+    REASON_BINDING_MISMATCH,
     REASON_HELD_RIDES,
     RUNNER_NONE,
     RUNNER_RELEASE_HELD,
+    STEP_WHY,
+    SUFFIX_FIRST,
     VERDICT_CONTINUE,
+    VERDICT_REJECTED,
 )
 from engine.core.state import (
     RECENT_EVENT_IDS,
@@ -89,11 +94,11 @@ def decide(
     reason: Reason,
     *,
     trail: list[TrailEntry] | None = None,
-    classification: Classification = Classification.NONE,
+    classification: Classification = CLS_NONE,
     action: str | None = None,
     alert: bool = False,
     final: bool = True,
-    suffix: AnswerSuffix = AnswerSuffix.FIRST,
+    suffix: AnswerSuffix = SUFFIX_FIRST,
     runner_action: RunnerAction | None = None,
 ) -> Decision:
     fence: Fence | None = None
@@ -125,13 +130,9 @@ def action_of(verdict: Verdict, reason: Reason) -> RunnerAction:
     return _ACTION_OF_VERDICT.get(verdict, RUNNER_NONE)
 
 
-def with_(state: SessionState, **changes: Any) -> SessionState:
-    return replace(state, **changes)
-
-
 def _remember(state: SessionState, event_id: str) -> SessionState:
     recent = [*state.recent_event_ids, event_id][-RECENT_EVENT_IDS:]
-    return with_(state, recent_event_ids=recent)
+    return replace(state, recent_event_ids=recent)
 
 
 def reject(
@@ -139,15 +140,15 @@ def reject(
     event: Event,
     reason: Reason,
     why: str,
-    suffix: AnswerSuffix = AnswerSuffix.FIRST,
+    suffix: AnswerSuffix = SUFFIX_FIRST,
 ) -> Decision:
-    action = ACTION_BINDING if reason is Reason.BINDING_MISMATCH else None
+    action = ACTION_BINDING if reason is REASON_BINDING_MISMATCH else None
     return decide(
         state,
         event,
-        Verdict.REJECTED,
+        VERDICT_REJECTED,
         reason,
-        trail=make_trail((TrailStep.WHY, why)),
+        trail=make_trail((STEP_WHY, why)),
         action=action,
         suffix=suffix,
     )

@@ -28,6 +28,9 @@ Health: AMBIGUOUS or VIOLATED is sticky; only a repair clears it. Nothing grants
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
+
+from msgspec.structs import replace
 
 from engine.core.acks import ack_ready, fold_ack
 from engine.core.decide import (
@@ -36,7 +39,6 @@ from engine.core.decide import (
     action_of,
     decide,
     make_trail,
-    with_,
 )
 from engine.core.errors import SessionMismatchError
 from engine.core.events import (
@@ -44,11 +46,26 @@ from engine.core.events import (
     Decision,
     Event,
     IntentEvent,
-    Reason,
+    RepairEvent,
     ResumeEvent,
     RunnerAction,
-    TrailStep,
     Verdict,
+)
+from engine.core.members import (
+    HEALTH_CLEAR,
+    HEALTH_VIOLATED,
+    REASON_AWAITING_INTENT,
+    REASON_DUPLICATE,
+    REASON_HELD_RIDES,
+    REASON_KNOWN_COMMITTED,
+    REASON_REGRANT_DUPLICATE_REQUEST,
+    REASON_SESSION_AMBIGUOUS,
+    REASON_SESSION_VIOLATED,
+    SLOT_HELD,
+    STEP_WHY,
+    VERDICT_DEFERRED,
+    VERDICT_RECORDED,
+    VERDICT_WITHHELD,
 )
 from engine.core.parked import (
     drain,
@@ -61,14 +78,14 @@ from engine.core.parked import (
 )
 from engine.core.repairs import fold_repair
 from engine.core.resumes import fold_resume
-from engine.core.state import RECENT_EVENT_IDS, Health, SessionState, SlotStatus
+from engine.core.state import RECENT_EVENT_IDS, SessionState
 
 __all__ = ["FoldResult", "fold", "replay"]
 
 
 def _remember(state: SessionState, event_id: str) -> SessionState:
     recent = [*state.recent_event_ids, event_id][-RECENT_EVENT_IDS:]
-    return with_(state, recent_event_ids=recent)
+    return replace(state, recent_event_ids=recent)
 
 
 def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
@@ -118,18 +135,21 @@ def _waiting(state: SessionState) -> bool:
 def _dispatch(
     state: SessionState, event: Event, position: int
 ) -> tuple[SessionState, list[Decision]]:
-    if isinstance(event, IntentEvent):
+    # `type(...) is`, not isinstance: events are never subclassed, and a negative isinstance on
+    # a msgspec class goes through the metaclass's __instancecheck__ (slow, per input).
+    if type(event) is IntentEvent:
         if intent_waits(state, event):
             return park_intent(state, event)
         return fold_ready_intent(state, event)
-    if isinstance(event, AckEvent):
+    if type(event) is AckEvent:
         if not ack_ready(state, event):
             return park_ack(state, event)
         new_state, decision = fold_ack(state, event)
         return new_state, [decision]
-    if isinstance(event, ResumeEvent):
+    if type(event) is ResumeEvent:
         return fold_resume(state, event, position)
-    new_state, decision = fold_repair(state, event)
+    # The last member of `Event` (mypy narrows `type(...) is` only where it holds).
+    new_state, decision = fold_repair(state, cast(RepairEvent, event))
     return new_state, [decision]
 
 
@@ -146,31 +166,31 @@ def replay(events: Iterable[Event]) -> list[Decision]:
 
 def _grant_action(state: SessionState, verdict: Verdict) -> RunnerAction:
     """The action of the standing grant: a CONTINUE over a still-held batch releases it later."""
-    held = state.slot is not None and state.slot.status is SlotStatus.HELD
-    return action_of(verdict, Reason.HELD_RIDES if held else Reason.KNOWN_COMMITTED)
+    held = state.slot is not None and state.slot.status is SLOT_HELD
+    return action_of(verdict, REASON_HELD_RIDES if held else REASON_KNOWN_COMMITTED)
 
 
 def _answer_duplicate(state: SessionState, event: Event) -> Decision:
-    why = make_trail((TrailStep.WHY, "event id already folded; nothing changes"))
+    why = make_trail((STEP_WHY, "event id already folded; nothing changes"))
     if isinstance(event, ResumeEvent):
-        if event.event_id == state.grant_request_id and state.health is not Health.CLEAR:
+        if event.event_id == state.grant_request_id and state.health is not HEALTH_CLEAR:
             # Re-granting a request the session has since turned ambiguous or violated on would
             # hand out authority the engine no longer gives to anyone.
             reason = (
-                Reason.SESSION_VIOLATED
-                if state.health is Health.VIOLATED
-                else Reason.SESSION_AMBIGUOUS
+                REASON_SESSION_VIOLATED
+                if state.health is HEALTH_VIOLATED
+                else REASON_SESSION_AMBIGUOUS
             )
-            return decide(state, event, Verdict.WITHHELD, reason, trail=why, action=ACTION_REPAIR)
+            return decide(state, event, VERDICT_WITHHELD, reason, trail=why, action=ACTION_REPAIR)
         if event.event_id == state.grant_request_id and state.grant_verdict is not None:
             return decide(
                 state,
                 event,
                 state.grant_verdict,
-                Reason.REGRANT_DUPLICATE_REQUEST,
+                REASON_REGRANT_DUPLICATE_REQUEST,
                 runner_action=_grant_action(state, state.grant_verdict),
             )
         if any(p.resume.event_id == event.event_id for p in state.parked_resumes):
-            return decide(state, event, Verdict.DEFERRED, Reason.AWAITING_INTENT, final=False)
-        return decide(state, event, Verdict.WITHHELD, Reason.DUPLICATE, trail=why)
-    return decide(state, event, Verdict.RECORDED, Reason.DUPLICATE, trail=why)
+            return decide(state, event, VERDICT_DEFERRED, REASON_AWAITING_INTENT, final=False)
+        return decide(state, event, VERDICT_WITHHELD, REASON_DUPLICATE, trail=why)
+    return decide(state, event, VERDICT_RECORDED, REASON_DUPLICATE, trail=why)

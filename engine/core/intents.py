@@ -9,7 +9,6 @@ from engine.core.decide import (
     decide,
     make_trail,
     reject,
-    with_,
 )
 from engine.core.digest import has_outputs, orphan_outputs
 from engine.core.events import (
@@ -157,7 +156,7 @@ def _accepted(state: SessionState, event: IntentEvent, slot: IntentSlot) -> Sess
         state.slot.intent_id if state.slot and state.slot.intent_id != slot.intent_id else None
     )
     # One copy: the lease renewal (`renew`) is folded into the same update.
-    return with_(
+    return replace(
         state,
         slot=slot,
         previous_intent_id=previous or state.previous_intent_id,

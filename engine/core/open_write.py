@@ -7,9 +7,6 @@ from msgspec.structs import replace
 
 from engine.core.answers import grant, withhold
 from engine.core.classify import classify
-from engine.core.decide import (
-    with_,
-)
 from engine.core.events import (
     AnswerSuffix,
     Decision,
@@ -84,7 +81,7 @@ def classify_open(
         f"before {len(pending.before or [])} + batch {len(slot.items)}"
     )
     if claimed and cls is not CLS_COMMITTED:
-        ambiguous = with_(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_AMBIGUOUS)
+        ambiguous = replace(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_AMBIGUOUS)
         why = (
             "the checkpoint claims the append was acknowledged, the engine folded no committed "
             "ack for this attempt and the tail does not prove it"
@@ -130,7 +127,7 @@ def classify_open(
     binding = state.binding
     unstable = binding is not None and not binding.items_digest_stable
     if cls is CLS_UNCHANGED and binding and unstable and not slot.not_written:
-        ambiguous = with_(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_DIGEST_UNSTABLE)
+        ambiguous = replace(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_DIGEST_UNSTABLE)
         why = (
             f"backend {binding.backend_id} does not store items that digest like the appended "
             "ones: an unchanged-looking tail is no evidence the batch is absent"
@@ -158,7 +155,7 @@ def classify_open(
         )
     reason = REASON_PARTIAL_COMMIT if cls is CLS_PARTIAL else REASON_AMBIGUOUS
     new_slot = replace(slot, partial_seen=slot.partial_seen or cls is CLS_PARTIAL)
-    ambiguous = with_(state, slot=new_slot, health=HEALTH_AMBIGUOUS, health_reason=reason)
+    ambiguous = replace(state, slot=new_slot, health=HEALTH_AMBIGUOUS, health_reason=reason)
     why = "history changed or is ambiguous: neither or both of committed/unchanged hold"
     return withhold(
         ambiguous, event, reason, why, suffix, classification=cls, alert=True, observed=observed

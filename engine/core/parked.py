@@ -14,17 +14,20 @@ from msgspec.structs import replace
 
 from engine.core.acks import ack_ready, answer_unready, awaits_rearm, fold_ack, knows_attempt
 from engine.core.authority import awaits_grant
-from engine.core.decide import decide, make_trail, reject, with_
+from engine.core.decide import decide, make_trail, reject
 from engine.core.events import (
     AckEvent,
-    AnswerSuffix,
     Decision,
     IntentEvent,
-    Reason,
-    TrailStep,
-    Verdict,
 )
 from engine.core.intents import awaits_failure, fold_intent, opens_attempt
+from engine.core.members import (
+    REASON_PARKED,
+    REASON_UNKNOWN_FENCE,
+    STEP_WHY,
+    SUFFIX_FINAL,
+    VERDICT_RECORDED,
+)
 from engine.core.resumes import awaits, evaluate_resume, expire_parked
 from engine.core.state import PARK_MS, PARKED_WRITES_LIMIT, SessionState
 
@@ -39,18 +42,16 @@ def park_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, 
     whose NOT_WRITTEN has not been folded yet (`intents.awaits_failure`)."""
     parked = [*state.parked_intents, event]
     evicted, kept = parked[:-PARKED_WRITES_LIMIT], parked[-PARKED_WRITES_LIMIT:]
-    new_state = with_(state, parked_intents=kept)
+    new_state = replace(state, parked_intents=kept)
     why = f"fence {event.fence_token} is ahead of the engine's {state.fence_token}"
     if not awaits_grant(state, event):
         why = f"re-arm of {event.intent_id} ahead of the failure it retries"
     decisions = [
-        decide(
-            state, event, Verdict.RECORDED, Reason.PARKED, trail=make_trail((TrailStep.WHY, why))
-        )
+        decide(state, event, VERDICT_RECORDED, REASON_PARKED, trail=make_trail((STEP_WHY, why)))
     ]
     for old in evicted:
         why = f"no grant of fence {old.fence_token} arrived while {PARKED_WRITES_LIMIT} waited"
-        decisions.append(reject(new_state, old, Reason.UNKNOWN_FENCE, why, AnswerSuffix.FINAL))
+        decisions.append(reject(new_state, old, REASON_UNKNOWN_FENCE, why, SUFFIX_FINAL))
     return new_state, decisions
 
 
@@ -59,12 +60,10 @@ def park_ack(state: SessionState, event: AckEvent) -> tuple[SessionState, list[D
     now; the oldest beyond `PARKED_WRITES_LIMIT` is answered finally, as it stands."""
     parked = [*state.parked_acks, event]
     evicted, kept = parked[:-PARKED_WRITES_LIMIT], parked[-PARKED_WRITES_LIMIT:]
-    new_state = with_(state, parked_acks=kept)
+    new_state = replace(state, parked_acks=kept)
     why = "the ack refers to an intent, fence, release or re-arm not folded yet"
     decisions = [
-        decide(
-            state, event, Verdict.RECORDED, Reason.PARKED, trail=make_trail((TrailStep.WHY, why))
-        )
+        decide(state, event, VERDICT_RECORDED, REASON_PARKED, trail=make_trail((STEP_WHY, why)))
     ]
     for old in evicted:
         why = f"what the ack refers to did not arrive while {PARKED_WRITES_LIMIT} acks waited"
@@ -74,9 +73,9 @@ def park_ack(state: SessionState, event: AckEvent) -> tuple[SessionState, list[D
 
 
 def _final(decision: Decision) -> Decision:
-    if decision.decision_id.endswith(AnswerSuffix.FINAL):
+    if decision.decision_id.endswith(SUFFIX_FINAL):
         return decision
-    return replace(decision, decision_id=decision.in_reply_to + AnswerSuffix.FINAL)
+    return replace(decision, decision_id=decision.in_reply_to + SUFFIX_FINAL)
 
 
 def drain(state: SessionState) -> tuple[SessionState, list[Decision]]:
@@ -86,14 +85,14 @@ def drain(state: SessionState) -> tuple[SessionState, list[Decision]]:
         intent = next((i for i in state.parked_intents if not intent_waits(state, i)), None)
         if intent is not None:
             rest = [i for i in state.parked_intents if i.event_id != intent.event_id]
-            state, answers = fold_ready_intent(with_(state, parked_intents=rest), intent)
+            state, answers = fold_ready_intent(replace(state, parked_intents=rest), intent)
             decisions.append(_final(answers[0]))
             decisions.extend(answers[1:])
             continue
         ack = next((a for a in state.parked_acks if ack_ready(state, a)), None)
         if ack is not None:
             rest_acks = [a for a in state.parked_acks if a.event_id != ack.event_id]
-            state, decision = fold_ack(with_(state, parked_acks=rest_acks), ack, AnswerSuffix.FINAL)
+            state, decision = fold_ack(replace(state, parked_acks=rest_acks), ack, SUFFIX_FINAL)
             decisions.append(decision)
             continue
         parked = next((p for p in state.parked_resumes if not awaits(state, p.resume)), None)
@@ -105,9 +104,9 @@ def drain(state: SessionState) -> tuple[SessionState, list[Decision]]:
         # As when it is folded at once (fold.py): overdue waiting writes are judged first, on
         # the resumes' clock (`expire_writes`: acks waiting for their intent keep waiting).
         state, settled = expire_writes(
-            with_(state, parked_resumes=rest_resumes), parked.resume.event_time_ms, unseen=False
+            replace(state, parked_resumes=rest_resumes), parked.resume.event_time_ms, unseen=False
         )
-        state, decision = evaluate_resume(state, parked.resume, parked.position, AnswerSuffix.FINAL)
+        state, decision = evaluate_resume(state, parked.resume, parked.position, SUFFIX_FINAL)
         decisions.append(decision)
         decisions.extend(settled)
 
@@ -140,7 +139,7 @@ def settle_superseded_rearms(
             break
         rest = [i for i in state.parked_intents if i.event_id != rearm.event_id]
         failed = replace(current, not_written=True)
-        state, decision = fold_intent(with_(state, parked_intents=rest, slot=failed), rearm)
+        state, decision = fold_intent(replace(state, parked_intents=rest, slot=failed), rearm)
         decisions.append(_final(decision))
     return state, decisions
 
@@ -170,7 +169,7 @@ def _judge_acks(state: SessionState, acks: list[AckEvent]) -> tuple[SessionState
     decisions: list[Decision] = []
     for ack in acks:
         rest = [a for a in state.parked_acks if a.event_id != ack.event_id]
-        state, decision = fold_ack(with_(state, parked_acks=rest), ack, AnswerSuffix.FINAL)
+        state, decision = fold_ack(replace(state, parked_acks=rest), ack, SUFFIX_FINAL)
         decisions.append(decision)
     return state, decisions
 
@@ -222,7 +221,7 @@ def expire_writes(
         else:
             why = f"intent {ack.intent_id} (or its release or re-arm) did not arrive in time"
             why += f" ({PARK_MS} ms of event time)"
-        state, decision = answer_unready(with_(state, parked_acks=rest_acks), ack, why)
+        state, decision = answer_unready(replace(state, parked_acks=rest_acks), ack, why)
         decisions.append(decision)
     overdue = [i for i in state.parked_intents if i.event_time_ms + PARK_MS <= at_ms]
     unfenced = [i for i in overdue if grants and awaits_grant(state, i)]
@@ -232,11 +231,11 @@ def expire_writes(
     for intent in unfenced:
         why = f"no grant of fence {intent.fence_token} arrived within {PARK_MS} ms of event time"
         rest = [i for i in state.parked_intents if i.event_id != intent.event_id]
-        state = with_(state, parked_intents=rest)
-        decisions.append(reject(state, intent, Reason.UNKNOWN_FENCE, why, AnswerSuffix.FINAL))
+        state = replace(state, parked_intents=rest)
+        decisions.append(reject(state, intent, REASON_UNKNOWN_FENCE, why, SUFFIX_FINAL))
     for intent in retries:
         rest = [i for i in state.parked_intents if i.event_id != intent.event_id]
-        state, decision = fold_intent(with_(state, parked_intents=rest), intent)
+        state, decision = fold_intent(replace(state, parked_intents=rest), intent)
         decisions.append(_final(decision))
     if not decisions:
         return state, decisions

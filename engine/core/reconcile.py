@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from engine.core.answers import grant, withhold
 from engine.core.decide import (
     ACTION_NEWER,
     evidence,
-    with_,
 )
 from engine.core.errors import CoreError
 from engine.core.events import (
@@ -82,7 +83,7 @@ def _history_changed(
     Evidence about our batch says nothing about who else wrote (popped, rewrote, re-appended or
     appended after it): "do not replay" could lose output or hide a second writer.
     """
-    ambiguous = with_(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_HISTORY_CHANGED)
+    ambiguous = replace(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_HISTORY_CHANGED)
     why = "the append was acknowledged committed, but the tail is no longer before + batch"
     observed = f"tail of {len(event.observed_tail)} digests; {evidence(slot)}"
     return withhold(
@@ -119,7 +120,7 @@ def reconcile(
     if slot.status is SLOT_HELD:
         tail = event.observed_tail
         if len(tail) >= len(slot.items) and tail[-len(slot.items) :] == slot.batch:
-            violated = with_(state, health=HEALTH_VIOLATED, health_reason=REASON_GATE_VIOLATION)
+            violated = replace(state, health=HEALTH_VIOLATED, health_reason=REASON_GATE_VIOLATION)
             why = "the held batch is already in the Session before its release"
             return withhold(violated, event, REASON_GATE_VIOLATION, why, suffix, alert=True)
         return grant(state, event, position, VERDICT_CONTINUE, REASON_HELD_RIDES, CLS_NONE, suffix)

@@ -9,35 +9,41 @@ from engine.core.decide import (
     evidence,
     make_trail,
     reject,
-    with_,
 )
 from engine.core.events import (
     Decision,
-    Reason,
     RepairEvent,
     RepairResolution,
-    TrailStep,
-    Verdict,
+)
+from engine.core.members import (
+    HEALTH_CLEAR,
+    REASON_NOTHING_TO_REPAIR,
+    REASON_REPAIRED,
+    REASON_UNKNOWN_INTENT,
+    SLOT_ABANDONED,
+    SLOT_ABSENT,
+    SLOT_COMMITTED,
+    STEP_OBSERVED,
+    STEP_REPAIR,
+    VERDICT_RECORDED,
 )
 from engine.core.state import (
     UNRESOLVED,
-    Health,
     SessionState,
-    SlotStatus,
 )
 
 
 def fold_repair(state: SessionState, event: RepairEvent) -> tuple[SessionState, Decision]:
     slot = state.slot
     if event.intent_id is not None and (slot is None or slot.intent_id != event.intent_id):
-        return state, reject(state, event, Reason.UNKNOWN_INTENT, "repair names another intent")
+        return state, reject(state, event, REASON_UNKNOWN_INTENT, "repair names another intent")
     open_slot = slot is not None and slot.status in UNRESOLVED
-    if state.health is Health.CLEAR and not open_slot:
-        return state, decide(state, event, Verdict.RECORDED, Reason.NOTHING_TO_REPAIR)
+    if state.health is HEALTH_CLEAR and not open_slot:
+        return state, decide(state, event, VERDICT_RECORDED, REASON_NOTHING_TO_REPAIR)
     status = {
-        RepairResolution.ACCEPT_COMMITTED: SlotStatus.COMMITTED,
-        RepairResolution.ACCEPT_ABSENT: SlotStatus.ABSENT,
-        RepairResolution.ABANDON: SlotStatus.ABANDONED,
+        RepairResolution.ACCEPT_COMMITTED: SLOT_COMMITTED,
+        RepairResolution.ACCEPT_ABSENT: SLOT_ABSENT,
+        RepairResolution.ABANDON: SLOT_ABANDONED,
     }[event.resolution]
     new_slot = None
     if slot is not None:
@@ -51,16 +57,16 @@ def fold_repair(state: SessionState, event: RepairEvent) -> tuple[SessionState, 
             committed_by_runner=False,
         )
     # A repair also ends the current grant: the next resume starts a fresh authority epoch.
-    repaired = with_(
+    repaired = replace(
         state,
         slot=new_slot,
-        health=Health.CLEAR,
+        health=HEALTH_CLEAR,
         health_reason=None,
         lease_expires_ms=None,
         granted_checkpoint_id=None,
     )
     trail = make_trail(
-        (TrailStep.REPAIR, f"{event.resolution} by {event.actor}: {event.reason}"),
-        (TrailStep.OBSERVED, f"was {state.health} ({state.health_reason}); {evidence(slot)}"),
+        (STEP_REPAIR, f"{event.resolution} by {event.actor}: {event.reason}"),
+        (STEP_OBSERVED, f"was {state.health} ({state.health_reason}); {evidence(slot)}"),
     )
-    return repaired, decide(repaired, event, Verdict.RECORDED, Reason.REPAIRED, trail=trail)
+    return repaired, decide(repaired, event, VERDICT_RECORDED, REASON_REPAIRED, trail=trail)

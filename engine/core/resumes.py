@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from engine.core.answers import withhold
 from engine.core.decide import (
     ACTION_BINDING,
@@ -10,7 +12,6 @@ from engine.core.decide import (
     ACTION_WAIT,
     decide,
     make_trail,
-    with_,
 )
 from engine.core.events import (
     AnswerSuffix,
@@ -103,7 +104,7 @@ def _park(
             final=False,
         )
     ]
-    new_state = with_(state, parked_resumes=kept)
+    new_state = replace(state, parked_resumes=kept)
     for old in evicted:
         why = f"more than {PARKED_LIMIT} resumes wait for unregistered intents; oldest answered"
         decisions.append(_final_withhold(new_state, old.resume, REASON_PARKED_OVERFLOW, why))
@@ -121,7 +122,7 @@ def expire_parked(state: SessionState, at_ms: int) -> tuple[SessionState, list[D
     overdue = [p for p in state.parked_resumes if p.resume.event_time_ms + PARK_MS <= at_ms]
     if not overdue:
         return state, []
-    new_state = with_(state, parked_resumes=[p for p in state.parked_resumes if p not in overdue])
+    new_state = replace(state, parked_resumes=[p for p in state.parked_resumes if p not in overdue])
     why = f"its intent did not arrive within {PARK_MS} ms of event time"
     return new_state, [
         _final_withhold(new_state, p.resume, REASON_INTENT_NEVER_ARRIVED, why) for p in overdue

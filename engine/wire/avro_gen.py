@@ -18,7 +18,7 @@ import hashlib
 import importlib
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -27,7 +27,13 @@ from engine.wire import avro_prims
 from engine.wire.limits import WireLimits
 
 Writer = Callable[[Any], bytes]
-Reader = Callable[[bytes], Any]
+
+
+class Reader(Protocol):
+    """Body bytes -> value or None. ``start``: where the body begins in ``data`` (a framed
+    record is read in place, without first copying its body out)."""
+
+    def __call__(self, data: bytes, start: int = 0, /) -> Any: ...
 
 
 class UnsupportedSchemaError(Exception):
@@ -45,12 +51,12 @@ _PRIMS = {
     "_DeclineError": "DeclineError",
     "_BOOL": "BOOL",
     "_ONE": "ONE",
+    "_HEXKEEP": "HEX_KEEP",
 }
 _COMMON: dict[str, Any] = {name: getattr(avro_prims, real) for name, real in _PRIMS.items()}
 _long = avro_prims.write_long
 BUILT_MODULE = "engine.wire.avro_built"
 _RAW_DIGEST_LENGTH = b"\x40"  # 32 as an Avro long
-_HEX_DIGITS = b"0123456789abcdef"  # what `DIGEST_PATTERN` allows, 64 times
 
 
 class _Gen:
@@ -134,7 +140,7 @@ class _WriterGen(_Gen):
         for field, field_avro, field_info in self.record_fields(avro, info):
             self.write(field_avro, field_info, f"v.{field}", body, "    ")
         cls = self.cls(info.cls)
-        self.lines += [f"def {fn}(v: {cls}, o: bytearray) -> None:", *(body or ["    pass"]), ""]
+        self.lines += [f"def {fn}(v: {cls}, o: list[bytes]) -> None:", *(body or ["    pass"]), ""]
         return fn
 
     def write(self, avro: Any, info: Any, expr: str, out: list[str], ind: str) -> None:
@@ -142,7 +148,7 @@ class _WriterGen(_Gen):
         avro = self.resolve(avro)
         kind = _kind(avro)
         if self.raw_digest(avro, info):
-            out.append(f"{ind}o += {_RAW_DIGEST_LENGTH!r} + _hexraw({expr})")
+            out += [f"{ind}o.append({_RAW_DIGEST_LENGTH!r})", f"{ind}o.append(_hexraw({expr}))"]
         elif kind == "string":
             t = self.temp()
             out.append(f"{ind}{t} = {expr}.encode()")
@@ -154,21 +160,30 @@ class _WriterGen(_Gen):
         elif kind == "long":
             t = self.temp()
             out.append(f"{ind}{t} = {expr}")
-            out.append(f"{ind}o += _SMALL[{t} + 64] if -64 <= {t} < 64 else _long({t})")
+            out.append(f"{ind}o.append(_SMALL[{t} + 64] if -64 <= {t} < 64 else _long({t}))")
         elif kind == "int":
-            out.append(f"{ind}o += _int({expr})")
+            out.append(f"{ind}o.append(_int({expr}))")
         elif kind == "boolean":
-            out.append(f"{ind}o += b'\\x01' if {expr} else b'\\x00'")
+            out.append(f"{ind}o.append(b'\\x01' if {expr} else b'\\x00')")
         elif kind == "enum":
             symbols = {s: _long(i) for i, s in enumerate(avro["symbols"])}
-            table = self.const("E", symbols, "dict[str, bytes]", repr(symbols))
-            out.append(f"{ind}o += {table}[{expr}]")
+            # Keyed by the enum's own members where it has them: a value is then found by
+            # identity, where a plain str key made each lookup compare the strings.
+            known = {m.value: m for m in info.cls} if _is_enum(info) else {}
+            keys = {s: known.get(s, s) for s in symbols}
+            source = ", ".join(
+                f"{self.member(keys[s]) if s in known else repr(s)}: {code!r}"
+                for s, code in symbols.items()
+            )
+            value = {keys[s]: code for s, code in symbols.items()}
+            table = self.const("E", value, "dict[str, bytes]", f"{{{source}}}")
+            out.append(f"{ind}o.append({table}[{expr}])")
         elif kind == "array":
             t, x = self.temp(), self.temp()
-            out += [f"{ind}{t} = {expr}", f"{ind}if {t}:", f"{ind}    o += _long(len({t}))"]
+            out += [f"{ind}{t} = {expr}", f"{ind}if {t}:", f"{ind}    o.append(_long(len({t})))"]
             out.append(f"{ind}    for {x} in {t}:")
             self.write(avro["items"], _list_item(info), x, out, ind + "        ")
-            out.append(f"{ind}o += b'\\x00'")
+            out.append(f"{ind}o.append(b'\\x00')")
         elif kind == "record":  # inline: a call per nested record costs more than its fields
             self.named.setdefault(avro["name"], avro)
             t = self.temp()
@@ -179,8 +194,8 @@ class _WriterGen(_Gen):
             other = 1 - avro.index("null")
             t = self.temp()
             out += [f"{ind}{t} = {expr}", f"{ind}if {t} is None:"]
-            out += [f"{ind}    o += {_long(1 - other)!r}", f"{ind}else:"]
-            out.append(f"{ind}    o += {_long(other)!r}")
+            out += [f"{ind}    o.append({_long(1 - other)!r})", f"{ind}else:"]
+            out.append(f"{ind}    o.append({_long(other)!r})")
             self.write(avro[other], _non_null(info), t, out, ind + "    ")
         else:
             raise UnsupportedSchemaError(f"Avro type {avro!r}")
@@ -224,11 +239,12 @@ class _ReaderGen(_Gen):
                 getattr(info, "pattern", None) == DIGEST_PATTERN
                 and self.limits.max_string_length >= 64
             ):
-                # 64 lowercase hex characters, checked on the bytes: deleting the hex digits
-                # leaves nothing (half the time of decoding, then matching the regular expression).
+                # 64 lowercase hex characters, checked on the bytes: a table that keeps the hex
+                # digits and changes every other byte leaves a digest as it was. The one-argument
+                # translate is a mypyc primitive; the deleting form was a method call per digest.
                 raw = self.temp()
                 out.append(f"{ind}{raw} = b[p:{end}]")
-                out.append(f"{ind}if {n} != 64 or {raw}.translate(None, {_HEX_DIGITS!r}):")
+                out.append(f"{ind}if {n} != 64 or {raw}.translate(_HEXKEEP) != {raw}:")
                 out.append(f"{ind}    raise _DeclineError")
                 out.append(f"{ind}{target} = {raw}.decode()")
             else:
@@ -313,8 +329,11 @@ class _ReaderGen(_Gen):
 def _write_length(data: str, out: list[str], ind: str) -> None:
     # Most strings are shorter than 64 bytes: their length is one precomputed byte.
     n = f"n{data}"
-    out += [f"{ind}{n} = len({data})", f"{ind}o += _SMALL[{n} + 64] if {n} < 64 else _long({n})"]
-    out.append(f"{ind}o += {data}")
+    out += [
+        f"{ind}{n} = len({data})",
+        f"{ind}o.append(_SMALL[{n} + 64] if {n} < 64 else _long({n}))",
+    ]
+    out.append(f"{ind}o.append({data})")
 
 
 def _inline_long(target: str, out: list[str], ind: str) -> None:
@@ -334,6 +353,10 @@ def _kind(avro: Any) -> str | None:
     if isinstance(avro, str):
         return avro
     return avro.get("type") if isinstance(avro, dict) else None
+
+
+def _is_enum(info: Any) -> bool:
+    return isinstance(info, msgspec.inspect.EnumType)
 
 
 def _list_item(info: Any) -> Any:
@@ -387,9 +410,9 @@ def _writer_gen(parsed_schema: Mapping[str, Any], value_type: type[msgspec.Struc
     top = gen.function(parsed_schema, msgspec.inspect.type_info(value_type))
     gen.lines += [
         f"def _{gen.prefix}write(v: {gen.cls(value_type)}) -> bytes:",
-        "    o = bytearray()",
+        "    o: list[bytes] = []",
         f"    {top}(v, o)",
-        "    return bytes(o)",
+        '    return b"".join(o)',
         "",
     ]
     return gen
@@ -401,9 +424,9 @@ def _reader_gen(
     gen = _ReaderGen(limits, _prefix(parsed_schema), parsed_schema)
     top = gen.function(parsed_schema, msgspec.inspect.type_info(value_type))
     gen.lines += [
-        f"def _{gen.prefix}read(b: bytes) -> {gen.cls(value_type)} | None:",
+        f"def _{gen.prefix}read(b: bytes, start: int = 0) -> {gen.cls(value_type)} | None:",
         "    try:",
-        f"        v, p = {top}(b, 0)",
+        f"        v, p = {top}(b, start)",
         "    except Exception:",  # bad bytes raise many types here; all mean: decline
         "        return None",
         "    return v if p == len(b) else None",

@@ -36,11 +36,35 @@ ONE: Final[tuple[int, ...]] = tuple(
 
 BOOL: Final[tuple[bool, bool]] = (False, True)
 
+HEX_KEEP: Final = bytes(c if c in b"0123456789abcdef" else c ^ 0x80 for c in range(256))
+"""A translation table that keeps the lowercase hex digits (what `DIGEST_PATTERN` allows) and
+changes every other byte: bytes are such digits alone iff translating leaves them equal."""
+
+
+_NATIVE: Final = 1 << 60
+"""Below this magnitude the zigzag value and its varint stay small ints under mypyc (no
+bignum arithmetic): event times, offsets and fence tokens all fall here."""
+
 
 def write_long(n: int) -> bytes:
-    """Like `zigzag`, from a table for the common one-byte values."""
+    """Like `zigzag`, from a table for the common one-byte values.
+
+    Up to `_NATIVE` the varint's bytes are packed into one int and written with a single
+    ``to_bytes``: a bytearray grown byte by byte costs four times as much compiled (each
+    ``append`` is a method call, and `zigzag`'s 64-bit bounds are bignum compares).
+    """
     if -64 <= n < 64:
         return SMALL[n + 64]
+    if -_NATIVE <= n < _NATIVE:
+        z = n << 1 if n >= 0 else ((-n) << 1) - 1
+        packed = 0
+        shift = 0
+        while z > 0x7F:
+            packed |= ((z & 0x7F) | 0x80) << shift
+            z >>= 7
+            shift += 8
+        packed |= z << shift
+        return packed.to_bytes((shift >> 3) + 1, "little")
     return zigzag(n)
 
 
@@ -71,10 +95,24 @@ def read_long(b: bytes, p: int) -> tuple[int, int]:
     return (n >> 1) ^ -(n & 1), p
 
 
+_RAW: Final[dict[str, bytes]] = {}
+_RAW_ENTRIES: Final = 4096
+"""Digests converted lately. A session's state is written again after each of its inputs and
+carries the same digests each time, so most conversions repeat one already checked; a str
+caches its hash, which makes the lookup a fraction of ``fromhex`` + ``hex`` + compare. Emptied
+when full (at most about 1 MB): a bound, not a policy."""
+
+
 def hex_to_raw(text: str) -> bytes:
     """The 32 raw bytes of a lowercase hex SHA-256 digest (session_state v3 stores item digests
     raw, `engine.wire.raw_digests`); refuses upper case and spaces, which `bytes.fromhex` takes."""
+    raw = _RAW.get(text)
+    if raw is not None:
+        return raw
     raw = bytes.fromhex(text)
     if len(raw) != 32 or raw.hex() != text:
         raise ValueError("expected 64 lowercase hex characters")
+    if len(_RAW) >= _RAW_ENTRIES:
+        _RAW.clear()
+    _RAW[text] = raw
     return raw

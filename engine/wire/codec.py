@@ -250,6 +250,19 @@ class Codec:
 
         ``record_type`` is what the topic carries; a record of another type is refused.
         """
+        fast = self._fast_readers.get(record_type)
+        if (
+            fast is not None
+            and type(data) is bytes
+            and data.startswith(fast[0])
+            and len(data) <= self.limits.max_record_bytes
+        ):
+            # What `_decode` does first, here for the record that passes (almost all): one
+            # interpreted call less per input. Anything else takes `_decode`, which reads the
+            # same bytes again and names the problem.
+            model: WireModel | None = fast[1](data, len(fast[0]))
+            if model is not None and semantic_violation(model) is None:
+                return model
         try:
             return self._decode(record_type, data)
         except DecodeError as error:
@@ -296,7 +309,7 @@ class Codec:
         ):
             # The bytes `_split` would check are the ones it accepted before, so only the body
             # is read; anything the reader declines goes the whole way below.
-            model = fast[1](data[len(fast[0]) :])
+            model = fast[1](data, len(fast[0]))
         if model is None:
             model = self._decode_split(record_type, data)
         problem = semantic_violation(model)

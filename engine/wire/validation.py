@@ -7,7 +7,7 @@ codec stays the single gate between bytes and the fold.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from msgspec import Struct
 
@@ -107,17 +107,24 @@ def _first_violation(record: Any, list_limits: dict[str, int], max_string: int) 
     return None
 
 
+# Read once: a member read off its enum class is slow under 3.11 (`engine.core.members`).
+_DISCARD: Final = IntentKind.DISCARD
+_HELD: Final = IntentKind.HELD
+
+
 def semantic_violation(model: Struct) -> str | None:
     """The first range or shape rule the validated model breaks, or None."""
     problem = _generic_problem(model)
     if problem is not None:
         return problem
-    if isinstance(model, IntentEvent):
-        if model.kind is not IntentKind.DISCARD and not model.items:
+    # `type(...) is`, not isinstance: values are never subclassed, and a negative isinstance
+    # on a msgspec class goes through the metaclass's __instancecheck__ (slow, per input).
+    if type(model) is IntentEvent:
+        if model.kind is not _DISCARD and not model.items:
             return f"a {model.kind} intent needs a non-empty batch"
-        if model.kind is IntentKind.HELD and model.before is not None:
+        if model.kind is _HELD and model.before is not None:
             return "a HELD intent cannot carry before digests: it never reached the Session"
-    if isinstance(model, ResumeEvent):
+    if type(model) is ResumeEvent:
         if model.checkpoint_sequence < -1:
             return "checkpoint_sequence must be -1 (none) or a write sequence"
         if model.pending is not None:
@@ -178,10 +185,10 @@ def _generic_problem(model: Struct) -> str | None:
         if isinstance(value, int) and value > bound:
             return f"{name} is {value}, above its range (at most {bound})"
     pending = getattr(model, "pending", None) if checks.pending else None
-    if isinstance(pending, PendingRecord) and pending.persisted_count > MAX_SEQUENCE:
+    if type(pending) is PendingRecord and pending.persisted_count > MAX_SEQUENCE:
         return f"pending.persisted_count is {pending.persisted_count}, above {MAX_SEQUENCE}"
     binding = getattr(model, "binding", None) if checks.binding else None
-    if isinstance(binding, Binding):
+    if type(binding) is Binding:
         if binding.chunk_size is not None and binding.chunk_size <= 0:
             return "binding.chunk_size must be positive or null"
         if not binding.backend_id.strip():
