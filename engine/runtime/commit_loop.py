@@ -349,6 +349,10 @@ class CommitLoop(EngineState):
                 task.persist()
             if self._stopping:  # the last commit: nothing of it waits in an open SQLite batch
                 self._sync_stores()
+            else:  # a partition without writes in this commit may hold a batch past its age
+                now = time.monotonic()
+                for task in self.tasks.values():
+                    task.store.sync_if_due(now)
         stage.labels(stage="persist").observe(time.monotonic() - done)
         if self.collector is not None:  # freeze what this commit left alive (collector.py)
             self.collector.committed(time.monotonic())

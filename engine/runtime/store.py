@@ -175,7 +175,7 @@ class LocalStore:
 
     def apply(self, writes: Iterable[StoreWrite], changelog_offset: int) -> None:
         """Write states (None deletes) and the changelog offset in one atomic transaction,
-        durable on return (with the batch of `apply_lazily` still open, if any); the watermark
+        durable on return (an open batch of `apply_lazily` is committed first); the watermark
         kept is the highest any write carries (it never falls)."""
         with self._transaction():
             self._write(writes, changelog_offset)
@@ -204,8 +204,21 @@ class LocalStore:
     def sync(self) -> None:
         """Commit what `apply_lazily` has written (nothing to do if nothing is open)."""
         if self._lazy_since is not None and not self._poisoned:
-            self._db.execute("COMMIT")
+            try:
+                self._db.execute("COMMIT")
+            except BaseException:
+                # SQLite may have rolled back on its own: later writes would run outside any
+                # transaction and the kept offset may be ahead of the disk.
+                self._poisoned = True
+                self._offset = None
+                raise
             self._lazy_since = None
+
+    def sync_if_due(self, now: float) -> None:
+        """`sync` when the open batch is `sync_after_s` old: a partition that gets no more
+        writes while the loop stays busy with others would otherwise keep its batch open."""
+        if self._lazy_since is not None and now - self._lazy_since >= self.sync_after_s:
+            self.sync()
 
     def _write(self, writes: Iterable[StoreWrite], changelog_offset: int) -> None:
         # One executemany per kind: a statement per row cost a few us of Python each. The last
@@ -244,6 +257,12 @@ class LocalStore:
             self._db.execute("DELETE FROM meta")
             self._offset = NO_OFFSET
 
+    def abandon(self) -> None:
+        """Close without committing the open lazy batch: what a crash does to it. For
+        embeddings that drop an engine without stopping it (tests): its open batch would
+        otherwise hold SQLite's write lock until the connection is garbage-collected."""
+        self._db.close()
+
     def close(self) -> None:
         """Commits the open lazy batch first (its writes are all of committed Kafka
         transactions), unless a write of it failed; a failing disk only costs a longer restore."""
@@ -271,6 +290,10 @@ class _Transaction:
         self._store._db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._store._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        try:
+            self._store._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        except BaseException:
+            self._store._offset = None  # the kept offset may be ahead of the disk
+            raise
         if exc_type is not None:
             self._store._offset = None

@@ -4,6 +4,7 @@ the states, commit/abort of the write cache (COMMIT_PROTOCOL.md steps 2, 3, 6 an
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,6 +90,39 @@ def test_lazy_writes_are_synced_after_their_interval(tmp_path: Path) -> None:
     store.apply_lazily([StoreWrite("a", b"1")], changelog_offset=1)
     other = LocalStore(tmp_path / "p0.sqlite")
     assert (other.get("a"), other.changelog_offset()) == (b"1", 1)
+
+
+def test_an_old_batch_is_synced_without_a_next_write(tmp_path: Path) -> None:
+    """A partition with no writes in later commits: the commit loop syncs its batch by age."""
+    path = tmp_path / "p0.sqlite"
+    store = LocalStore(path, sync_after_s=60)
+    store.apply_lazily([StoreWrite("a", b"1")], changelog_offset=1)
+
+    def on_disk() -> tuple[bytes | None, int]:
+        other = LocalStore(path)
+        seen = (other.get("a"), other.changelog_offset())
+        other.close()
+        return seen
+
+    store.sync_if_due(time.monotonic())  # not due yet
+    assert on_disk() == (None, NO_OFFSET)
+    store.sync_if_due(time.monotonic() + 60)
+    assert on_disk() == (b"1", 1)
+
+
+def test_an_abandoned_store_drops_its_batch_and_frees_the_file(tmp_path: Path) -> None:
+    """What a crash does: the open batch is lost whole, and the next process's store writes
+    at once (held open, the batch would keep SQLite's write lock)."""
+    path = tmp_path / "p0.sqlite"
+    store = LocalStore(path, sync_after_s=3600)
+    store.apply([StoreWrite("a", b"1")], changelog_offset=1)
+    store.apply_lazily([StoreWrite("a", b"2")], changelog_offset=2)
+    store.abandon()
+    next_process = LocalStore(path)
+    assert (next_process.get("a"), next_process.changelog_offset()) == (b"1", 1)
+    next_process.apply([StoreWrite("b", b"3")], changelog_offset=3)
+    assert next_process.changelog_offset() == 3
+    next_process.close()
 
 
 def test_a_failed_lazy_write_keeps_none_of_its_batch(tmp_path: Path) -> None:
