@@ -10,6 +10,7 @@ INVALID_FIELDS) -> ranges and shapes (INVALID_FIELDS). Any failure is a `DecodeE
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Literal, overload
@@ -376,10 +377,11 @@ class Codec:
                 stream, writer.parsed, None if writer is reader else reader.parsed
             )
         except EOFError as exc:
-            raise DecodeError(DecodeReason.TRUNCATED, f"body ends early ({exc})") from exc
+            raise DecodeError(DecodeReason.TRUNCATED, f"body ends early ({_plain(exc)})") from exc
         except Exception as exc:  # fastavro raises many types for bad bytes; all mean the same
             raise DecodeError(
-                DecodeReason.MALFORMED_BODY, f"not a valid {writer.file_name} body: {exc!r}"[:300]
+                DecodeReason.MALFORMED_BODY,
+                f"not a valid {writer.file_name} body: {type(exc).__name__}({_plain(exc)!r})"[:300],
             ) from exc
         left = len(body) - stream.tell()
         if left:
@@ -459,3 +461,12 @@ def fields_of(schema: ShippedSchema, record: Mapping[str, Any]) -> dict[str, Any
 
     collect(schema.source)
     return dict(prune(dict(schema.source), dict(record)))
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _plain(error: Exception) -> str:
+    """The reader's message without object addresses (fastavro names its stream with one), so
+    the same bad bytes always give the same dead letter."""
+    return _ADDRESS.sub("", str(error))
