@@ -28,7 +28,6 @@ Health: AMBIGUOUS or VIOLATED is sticky; only a repair clears it. Nothing grants
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import cast
 
 from msgspec.structs import replace
 
@@ -89,7 +88,8 @@ def _remember(state: SessionState, event_id: str) -> SessionState:
 
 
 def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
-    """Fold one event into the session's state. Never raises for any input event."""
+    """Fold one event into the session's state. Never raises for any input event (anything
+    else is a TypeError)."""
     if state is None:
         state = SessionState(session_id=event.session_id)
     elif state.session_id != event.session_id:
@@ -148,9 +148,15 @@ def _dispatch(
         return new_state, [decision]
     if type(event) is ResumeEvent:
         return fold_resume(state, event, position)
-    # The last member of `Event` (mypy narrows `type(...) is` only where it holds).
-    new_state, decision = fold_repair(state, cast(RepairEvent, event))
-    return new_state, [decision]
+    if type(event) is RepairEvent:
+        new_state, decision = fold_repair(state, event)
+        return new_state, [decision]
+    # Anything else (another type, or a subclass the checks above do not match) is a caller's
+    # bug: folding it as a repair would clear a session's health that no operator repaired.
+    raise TypeError(
+        "fold takes an IntentEvent, AckEvent, ResumeEvent or RepairEvent (engine.core.events),"
+        f" not {type(event).__name__}: fix the caller that passed it"
+    )
 
 
 def replay(events: Iterable[Event]) -> list[Decision]:
