@@ -29,6 +29,10 @@ CALL_TIMEOUT_S = 10.0
 STEP_DEADLINE_S = 40.0
 """Steps 3-5 together, and any other transactional call with its retries: well under
 `max.poll.interval.ms` (60 s)."""
+OWN_BUDGET_MARGIN_S = 5.0
+"""A call that librdkafka is known to hang past its own timeout (5456: send_offsets with a
+retired coordinator handle) is cut by the watchdog this long after that timeout, not after
+the general budget (transaction timeout + margin, ~45 s)."""
 
 
 class TxnStatus(StrEnum):
@@ -82,16 +86,26 @@ class Transaction:
     def open(self) -> bool:
         return self.status in (TxnStatus.OPEN, TxnStatus.COMMITTING)
 
-    def call(self, step: str, fn: Callable[[float], T], deadline: float | None = None) -> T:
+    def call(
+        self,
+        step: str,
+        fn: Callable[[float], T],
+        deadline: float | None = None,
+        *,
+        own_budget: bool = False,
+    ) -> T:
         """The one classified call: `fn(timeout_s)` under a watchdog guard, retried while
-        retriable and before `deadline`."""
+        retriable and before `deadline`. With `own_budget` the guard's budget is the timeout
+        given plus `OWN_BUDGET_MARGIN_S`, not the general `budget_s`."""
         deadline = deadline or time.monotonic() + STEP_DEADLINE_S
         attempt = 0
         while True:
             left = deadline - time.monotonic()
+            timeout_s = max(1.0, min(CALL_TIMEOUT_S, left))
+            budget_s = timeout_s + OWN_BUDGET_MARGIN_S if own_budget else self.budget_s
             try:
-                with self.watchdog.guard(step, self.budget_s, self.partitions):
-                    return fn(max(1.0, min(CALL_TIMEOUT_S, left)))
+                with self.watchdog.guard(step, budget_s, self.partitions):
+                    return fn(timeout_s)
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
                 passed = deadline - time.monotonic() <= 1.0
@@ -165,6 +179,7 @@ class Transaction:
                 f"{Step.OFFSETS} send_offsets",
                 lambda t: self.producer.send_offsets_to_transaction(offsets, metadata, t),
                 deadline,
+                own_budget=True,
             )
         self.call(Step.COMMIT, lambda t: self.producer.commit_transaction(t), deadline)
         self.status = TxnStatus.NONE
