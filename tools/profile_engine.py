@@ -21,6 +21,7 @@ import re
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -57,6 +58,20 @@ def breakdown(raw: Path, root: str = LOOP_FRAME, depth: int = 1) -> tuple[int, C
     return total, shares
 
 
+STAGE_SUM = re.compile(r'^reconciler_stage_seconds_sum\{stage="([a-z_]+)"\} (\S+)$', re.M)
+
+
+def stage_seconds(port: int) -> dict[str, float]:
+    """Loop wall time per stage so far (`reconciler_stage_seconds`), from the engine's metrics
+    endpoint; empty if it cannot be read."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return {}
+    return {stage: float(value) for stage, value in STAGE_SUM.findall(text)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--bootstrap-servers", required=True)
@@ -90,6 +105,7 @@ def main() -> None:
     answered = counter.wait(600)
     for sampler in (engine_cpu, broker_cpu, client_cpu):
         sampler.stop()
+    stages = stage_seconds(settings.metrics_port) if args.processes == 1 else {}
     stop(proc)
     if spy is not None:
         spy.wait(60)
@@ -105,6 +121,9 @@ def main() -> None:
         f"inputs/s; CPU us/input: engine {per_input(engine_cpu):.0f}, broker "
         f"{per_input(broker_cpu):.0f}, bench client {per_input(client_cpu):.0f}"
     )
+    if stages:  # since the start, idle consume waits included
+        waited = ", ".join(f"{k} {v * 1e6 / len(inputs):.0f}" for k, v in sorted(stages.items()))
+        print(f"loop wall us/input by stage: {waited}")
     if spy is not None:
         total, shares = breakdown(raw, depth=args.depth)
         print(f"py-spy: {total} samples in {LOOP_FRAME} ({raw})")
