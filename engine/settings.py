@@ -41,6 +41,9 @@ class Settings(BaseModel):
     state_dir: Path = Path("state")
     commit_interval_ms: int = Field(default=200, ge=10, le=60_000)
     commit_max_events: int = Field(default=2_000, ge=1)
+    # Steps 4-5 of a commit run in a worker thread while the loop folds records it already
+    # consumed into the next transaction (COMMIT_PROTOCOL.md, "Overlap"); false: the loop waits.
+    commit_overlap: bool = False
     transaction_timeout_ms: int = Field(default=15_000, ge=1_000)
     session_timeout_ms: int = Field(default=10_000, ge=1_000, le=300_000)
     metrics_port: int = Field(default=9464, ge=0, le=65_535)

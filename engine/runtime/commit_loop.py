@@ -8,6 +8,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
@@ -65,6 +66,18 @@ def _log_for_operator(event: Event, decisions: tuple[Decision, ...], source: str
 
 
 CONSUME_BATCH = 1_000
+FOLD_AHEAD_CHUNK = 64  # records folded between two looks at whether the commit returned
+
+
+@dataclass(frozen=True)
+class Inflight:
+    """A commit between step 3 and step 6: its tasks, when step 3 began, its inputs' times."""
+
+    tasks: list[PartitionTask]
+    started: float
+    event_times: list[int]
+
+
 # Consumer errors that librdkafka reports as non-fatal but that no retry inside the same clients
 # fixes (an ACL changed under us): rejoin with new clients, backing off, so the log counts them.
 REJOIN_CODES = frozenset(
@@ -79,7 +92,17 @@ REJOIN_CODES = frozenset(
 class CommitLoop(EngineState):
     """The loop over one pair of clients: every input folded once, committed exactly once."""
 
+    _inflight: Inflight | None = None
+
     def _loop(self, consumer: ConsumerLike, txn: Transaction) -> None:
+        try:
+            self._run_loop(consumer, txn)
+        finally:
+            if txn.in_flight:  # leaving with an exception: the commit ends as a crash would
+                txn.abandon_commit()
+                self._inflight = None
+
+    def _run_loop(self, consumer: ConsumerLike, txn: Transaction) -> None:
         last_commit = time.monotonic()
         # An idle consume() waits for the first record at most this long: well under the
         # commit interval, or a quiet topic adds the whole wait to every decision's latency.
@@ -88,7 +111,16 @@ class CommitLoop(EngineState):
         more = False  # the last batch stopped at its bound: buffered records are ready now
         interval_s = self.settings.commit_interval_ms / 1000
         trace = self.trace
-        while not self._stopping:
+        drained = True
+        while True:
+            if txn.in_flight:  # steps 4-5 run in the worker: fold ahead, then step 6
+                self._overlap(txn, drained)
+                self._apply_flow(consumer)
+                last_commit = time.monotonic()
+                self._progress()
+                continue
+            if self._stopping:
+                break
             started = time.monotonic()
             if trace is not None:
                 trace.poll_ms = trace.now()
@@ -141,7 +173,10 @@ class CommitLoop(EngineState):
             due = (time.monotonic() - last_commit) * 1000 >= self.settings.commit_interval_ms
             full = self.owned.folded() >= self.settings.commit_max_events
             if txn.open and (drained or due or full):
-                self._commit(txn)
+                if self.settings.commit_overlap and not self._stopping:
+                    self._start_commit(txn)
+                else:
+                    self._commit(txn)
                 last_commit = time.monotonic()
             elif not txn.open:
                 last_commit = time.monotonic()
@@ -301,59 +336,132 @@ class CommitLoop(EngineState):
         )
 
     def _commit(self, txn: Transaction, tasks: list[PartitionTask] | None = None) -> None:
-        """Steps 3-6 for every ready task (or the given ones)."""
+        """Steps 3-6 for every ready task (or the given ones), waiting for the broker."""
         if not txn.open:
             if self._stopping:  # nothing of step 6 may wait in an open SQLite batch
                 self._sync_stores()
             return
         committing = tasks if tasks is not None else list(self.tasks.values())
         started = time.monotonic()
-        if self.trace is not None:
-            self.trace.commit_ms = self.trace.now()
         try:
-            with self.watchdog.guard(f"{Step.CHANGELOG} produce", self.budget_s, self.tasks):
-                for task in committing:  # step 3
-                    # Only the last record reports its offset: the idempotent producer
-                    # delivers one partition in order, so it is the highest (a Python
-                    # callback per record cost more than the record's produce).
-                    writes = task.changelog_records()
-                    last = len(writes) - 1
-                    for n, write in enumerate(writes):
-                        txn.produce(
-                            self.topics.changelog,
-                            write.session_id.encode(),
-                            write.state or b"",
-                            Step.CHANGELOG,
-                            partition=task.partition,
-                            headers=pending_header(write),
-                            on_delivery=_changelog_delivered(task) if n == last else None,
-                        )
+            self._changelog(txn, committing)  # step 3
             assert self._consumer is not None
             consumer = self._consumer
             txn.commit(self.owned.positions(), consumer.consumer_group_metadata)  # steps 4-5
         except AbortableError as exc:
             self._abort(txn, str(exc))
             return
-        now_ms, done = time.time() * 1000, time.monotonic()
+        times, self._txn_event_times = self._txn_event_times, []
+        self._committed(txn, Inflight(committing, started, times), sealed=False)
+
+    def _start_commit(self, txn: Transaction) -> None:
+        """Step 3, then steps 4-5 in the transaction's worker thread (COMMIT_PROTOCOL.md,
+        "Overlap"): the tasks seal what this transaction wrote, so that step 6 persists
+        exactly that, whatever is folded ahead meanwhile."""
+        committing = list(self.tasks.values())
+        started = time.monotonic()
+        try:
+            self._changelog(txn, committing)
+        except AbortableError as exc:
+            self._abort(txn, str(exc))
+            return
+        for task in committing:
+            task.seal()
+        times, self._txn_event_times = self._txn_event_times, []
+        self._inflight = Inflight(committing, started, times)
+        assert self._consumer is not None
+        txn.start_commit(self.owned.positions(), self._consumer.consumer_group_metadata)
+
+    def _overlap(self, txn: Transaction, drained: bool) -> None:
+        """While steps 4-5 run: fold what the order buffer releases (records consumed
+        already: no consume(), so no rebalance callback runs meanwhile), their outputs held
+        by the transaction; then wait for the worker and finish the commit."""
+        started = time.monotonic()
+        folded = 0
+        try:
+            with self.watchdog.guard(f"{Step.FOLD} fold ahead", self.budget_s, self.tasks):
+                while not txn.commit_done():
+                    batch = self.order.ready(time.monotonic(), drained, FOLD_AHEAD_CHUNK)
+                    if not batch:
+                        break
+                    self._prefetch(batch)
+                    for record in batch:
+                        self._handle(txn, record)
+                    folded += len(batch)
+        finally:
+            self.metrics.flush()
+        waiting = time.monotonic()
         stage = self.metrics.stage_seconds
-        stage.labels(stage="produce").observe(txn.flushed_at - started)  # steps 3 and 4 flush
-        stage.labels(stage="commit").observe(done - txn.flushed_at)  # send offsets, commit
-        self.metrics.commit_seconds.observe(done - started)
-        self.metrics.observe_decision_latencies(now_ms, self._txn_event_times)
-        self._txn_event_times.clear()
+        if folded:
+            stage.labels(stage="fold_ahead").observe(waiting - started)
+        self._finish_commit(txn)
+        stage.labels(stage="commit_wait").observe(time.monotonic() - waiting)
+
+    def _finish_commit(self, txn: Transaction) -> None:
+        """Steps 4-5 returned: step 6 of the sealed writes, then the next transaction begins
+        with the held outputs. If they failed (abortable), what was folded ahead is dropped
+        with them (`_abort`: discard, rewind); fatal errors propagate (rejoin)."""
+        inflight, self._inflight = self._inflight, None
+        assert inflight is not None
+        try:
+            txn.finish_commit()
+        except AbortableError as exc:
+            self._abort(txn, str(exc))
+            return
+        self._committed(txn, inflight, sealed=True)
+        try:
+            txn.produce_held()
+        except AbortableError as exc:
+            self._abort(txn, str(exc))
+
+    def _changelog(self, txn: Transaction, committing: list[PartitionTask]) -> None:
+        """Step 3: one changelog record per session changed in this transaction."""
         if self.trace is not None:
-            self.trace.committed(now_ms - (done - txn.flushed_at) * 1000)
+            self.trace.commit_ms = self.trace.now()
+        with self.watchdog.guard(f"{Step.CHANGELOG} produce", self.budget_s, self.tasks):
+            for task in committing:
+                # Only the last record reports its offset: the idempotent producer
+                # delivers one partition in order, so it is the highest (a Python
+                # callback per record cost more than the record's produce).
+                writes = task.changelog_records()
+                last = len(writes) - 1
+                for n, write in enumerate(writes):
+                    txn.produce(
+                        self.topics.changelog,
+                        write.session_id.encode(),
+                        write.state or b"",
+                        Step.CHANGELOG,
+                        partition=task.partition,
+                        headers=pending_header(write),
+                        on_delivery=_changelog_delivered(task) if n == last else None,
+                    )
+
+    def _committed(self, txn: Transaction, inflight: Inflight, *, sealed: bool) -> None:
+        """After step 5: metrics, then step 6 (of the sealed generation only, when the
+        commit overlapped with folds of the next transaction)."""
+        now_ms, done = time.time() * 1000, txn.committed_at
+        stage = self.metrics.stage_seconds
+        stage.labels(stage="produce").observe(txn.flushed_at - inflight.started)  # 3, 4 flush
+        stage.labels(stage="commit").observe(done - txn.flushed_at)  # send offsets, commit
+        self.metrics.commit_seconds.observe(done - inflight.started)
+        self.metrics.observe_decision_latencies(now_ms, inflight.event_times)
+        if self.trace is not None:
+            self.trace.committed(now_ms - (time.monotonic() - txn.flushed_at) * 1000)
         self._committed_since_rejoin = True
+        persisted = time.monotonic()
         with self.watchdog.guard(Step.PERSIST_LOCALLY, self.budget_s, self.tasks):
-            for task in committing:  # step 6
-                task.persist()
-            if self._stopping:  # the last commit: nothing of it waits in an open SQLite batch
+            for task in inflight.tasks:  # step 6
+                if sealed:
+                    task.persist_sealed()
+                else:
+                    task.persist()
+            if self._stopping and not sealed:  # the last commit: nothing waits in SQLite
                 self._sync_stores()
             else:  # a partition without writes in this commit may hold a batch past its age
                 now = time.monotonic()
                 for task in self.tasks.values():
                     task.store.sync_if_due(now)
-        stage.labels(stage="persist").observe(time.monotonic() - done)
+        stage.labels(stage="persist").observe(time.monotonic() - persisted)
         if self.collector is not None:  # freeze what this commit left alive (collector.py)
             self.collector.committed(time.monotonic())
         self.metrics.sessions_stale = True

@@ -35,7 +35,7 @@ LAG_QUERY_TIMEOUT_S = 0.2
 LAG_QUERY_BUDGET_S = 1.0
 DEAD_LETTER_REFUSED = "DEAD_LETTER_REFUSED"  # the dead-letter produce itself failed
 ABORT_KINDS = ("abortable", "fatal", "state")
-STAGES = ("consume_wait", "fold", "produce", "commit")
+STAGES = ("consume_wait", "fold", "produce", "commit", "persist", "fold_ahead", "commit_wait")
 STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -78,7 +78,9 @@ class EngineMetrics:
             "reconciler_stage_seconds",
             "Time per consumed batch in each stage: consume_wait (in consume()), fold (decode,"
             " fold, encode, decisions queued), produce (changelog queued and flushed), commit"
-            " (offsets sent, transaction committed)",
+            " (offsets sent, transaction committed), persist (step 6); with the commit"
+            " overlapped: fold_ahead (folds while steps 4-5 run in the worker) and commit_wait"
+            " (the loop waiting for the worker, then step 6)",
             ["stage"],
             buckets=STAGE_BUCKETS,
             registry=r,

@@ -114,6 +114,11 @@ class PartitionTask:
     # Stored states of the consumed batch's sessions, read in one query (`prefetch`); valid until
     # the store changes, which only step 6 (persist) and a restore (a new task) do.
     _prefetched: dict[str, bytes | None] = field(default_factory=dict)
+    # An overlapped commit in flight (`seal`): its states, read after the write cache and
+    # before the read cache, and its step 3 records, which step 6 persists once it committed.
+    # Kept apart, so step 6 never writes a state folded ahead into the next transaction.
+    _sealed: dict[str, SessionState] = field(default_factory=dict)
+    _sealed_writes: list[StoreWrite] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._load_watermark()
@@ -129,6 +134,9 @@ class PartitionTask:
         cached = self.cache.get(session_id)
         if cached is not None:
             return cached
+        sealed = self._sealed.get(session_id) if self._sealed else None
+        if sealed is not None:
+            return sealed
         hit = self.committed.get(session_id)
         if hit is not None:
             self.committed.move_to_end(session_id)
@@ -147,8 +155,11 @@ class PartitionTask:
         """Reads the stored states of the sessions neither cache holds, in one query, for the
         `state_of` calls of a batch about to be folded."""
         cache, committed, prefetched = self.cache, self.committed, self._prefetched
+        sealed = self._sealed
         missing = {
-            s for s in session_ids if s not in cache and s not in committed and s not in prefetched
+            s
+            for s in session_ids
+            if s not in cache and s not in committed and s not in prefetched and s not in sealed
         }
         if missing:
             prefetched.update(self.store.get_many(missing))
@@ -288,16 +299,47 @@ class PartitionTask:
     def persist(self) -> None:
         """Step 6: after the commit, the write cache and its changelog offset go to the store
         (to disk within the store's `sync_after_s`, or at `sync`/close)."""
-        if self._encoded:
+        self.seal()
+        self.persist_sealed()
+        self._load_watermark()
+
+    def seal(self) -> None:
+        """Step 3 has produced this transaction's records: they, and the states they carry,
+        become the sealed generation that step 6 persists; folds go on into an empty write
+        cache (the next transaction), reading sealed states first."""
+        assert not self._sealed, "one commit in flight at a time"
+        assert not self._sealed_writes, "one commit in flight at a time"
+        self._sealed, self.cache = self.cache, {}
+        self._sealed_writes, self._encoded = self._encoded, []
+        self._state_bytes = {}
+        self._deadlines = {}
+        self.folded = 0
+
+    def persist_sealed(self) -> None:
+        """Step 6 of the sealed generation only: what folded ahead stays in the write cache.
+        The store changed, so stored rows are swept again (an answer that failed is retried)."""
+        if self._sealed_writes:
             offset = max(self.changelog_high, self.store.changelog_offset())
-            self.store.apply_lazily(self._encoded, offset)
-        for session_id, state in self.cache.items():
-            self._remember(session_id, state, len(self._state_bytes.get(session_id, b"")))
-        self.discard()
+            self.store.apply_lazily(self._sealed_writes, offset)
+        sizes = {write.session_id: len(write.state or b"") for write in self._sealed_writes}
+        for session_id, state in self._sealed.items():
+            self._remember(session_id, state, sizes.get(session_id, 0))
+            if session_id not in self.cache:
+                self.since.pop(session_id, None)
+        self._sealed = {}
+        self._sealed_writes = []
+        self._prefetched.clear()  # the store has changed
+        self.changelog_high = -1
+        self._swept = NO_WATERMARK
+        stored = self.store.next_park_deadline()
+        if stored is not None and (self._next_deadline is None or stored < self._next_deadline):
+            self._next_deadline = stored
 
     def discard(self) -> None:
         """Abort: forget everything not committed; the store still holds the committed state."""
-        self._prefetched.clear()  # after step 6 too: the store has changed
+        self._prefetched.clear()
+        self._sealed = {}
+        self._sealed_writes = []
         self._encoded = []
         self._state_bytes.clear()
         self._deadlines.clear()

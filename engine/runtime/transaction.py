@@ -9,6 +9,7 @@ unclassified or a deadline passed -> `RejoinError`.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from enum import StrEnum
@@ -80,11 +81,22 @@ class Transaction:
         self.status = TxnStatus.NONE
         self.started = 0.0
         self.flushed_at = 0.0  # when step 4's flush returned (the per-stage histogram)
+        self.committed_at = 0.0  # when step 5 returned
         self.partitions: tuple[int, ...] = ()  # for the watchdog's report
+        # An overlapped commit (`start_commit`): the worker running steps 4-5, what it raised,
+        # and the records produced meanwhile, held until the next transaction begins.
+        self._worker: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._held: list[tuple[str, bytes | None, bytes, str, bool, dict[str, Any]]] | None = None
 
     @property
     def open(self) -> bool:
         return self.status in (TxnStatus.OPEN, TxnStatus.COMMITTING)
+
+    @property
+    def in_flight(self) -> bool:
+        """An overlapped commit was started and not finished yet (`finish_commit`)."""
+        return self._worker is not None
 
     def call(
         self,
@@ -124,7 +136,7 @@ class Transaction:
         self.call("init_transactions", lambda t: self.producer.init_transactions(t))
 
     def begin(self) -> None:
-        if self.open:
+        if self.open or self._worker is not None:
             return
         self.call(Step.BEGIN, lambda _: self.producer.begin_transaction())
         self.status = TxnStatus.OPEN
@@ -143,7 +155,11 @@ class Transaction:
         """Queue one record in the open transaction; a full queue waits for deliveries.
         produce() itself never blocks: the caller guards a whole batch of them. An
         `optional` record (a dead letter) refused for itself, neither fatal nor abortable
-        (e.g. too large), is logged and skipped: returns False."""
+        (e.g. too large), is logged and skipped: returns False. While an overlapped commit is
+        in flight the record is held (one producer, one transaction) and True returned."""
+        if self._held is not None:
+            self._held.append((topic, key, value, step, optional, extra))
+            return True
         while True:
             try:
                 self.producer.produce(topic, key=key, value=value, **extra)
@@ -170,11 +186,14 @@ class Transaction:
     def commit(self, offsets: list[TopicPartition], group_metadata: Callable[[], Any]) -> None:
         """Steps 4-5 under one deadline: flush, send the offsets, commit."""
         self.status = TxnStatus.COMMITTING
+        self._steps_4_5(offsets, group_metadata() if offsets else None)
+        self.status = TxnStatus.NONE
+
+    def _steps_4_5(self, offsets: list[TopicPartition], metadata: Any) -> None:
         deadline = time.monotonic() + STEP_DEADLINE_S
         self.call(f"{Step.OFFSETS} flush", self._flush, deadline)
         self.flushed_at = time.monotonic()
         if offsets:
-            metadata = group_metadata()
             self.call(
                 f"{Step.OFFSETS} send_offsets",
                 lambda t: self.producer.send_offsets_to_transaction(offsets, metadata, t),
@@ -182,9 +201,74 @@ class Transaction:
                 own_budget=True,
             )
         self.call(Step.COMMIT, lambda t: self.producer.commit_transaction(t), deadline)
+        self.committed_at = time.monotonic()
+
+    def start_commit(
+        self, offsets: list[TopicPartition], group_metadata: Callable[[], Any]
+    ) -> None:
+        """Steps 4-5 in a worker thread (librdkafka's calls release the GIL), so the loop can
+        fold records it already consumed meanwhile. Until `finish_commit` every `produce` is
+        held, and nothing else may call the producer (COMMIT_PROTOCOL.md, "Overlap")."""
+        assert self._worker is None, "one commit in flight at a time"
+        self.status = TxnStatus.COMMITTING
+        self._held, self._failure = [], None
+        metadata = group_metadata() if offsets else None  # the consumer: this thread only
+
+        def run() -> None:
+            try:
+                self._steps_4_5(offsets, metadata)
+            except BaseException as exc:  # raised again by finish_commit, in the loop's thread
+                self._failure = exc
+
+        self._worker = threading.Thread(target=run, name="commit", daemon=True)
+        self._worker.start()
+
+    def commit_done(self) -> bool:
+        """The worker has returned (or none runs): `finish_commit` will not wait."""
+        return self._worker is None or not self._worker.is_alive()
+
+    def finish_commit(self) -> None:
+        """Wait for the worker; raise what steps 4-5 raised (the held records are dropped
+        then). On success the transaction is closed and the held records wait for
+        `produce_held`. The wait is bounded by the worker's own watchdog guards."""
+        worker = self._worker
+        if worker is None:
+            return
+        worker.join()
+        self._worker = None
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            self._held = None
+            raise failure
         self.status = TxnStatus.NONE
 
+    def produce_held(self) -> int:
+        """Begin the next transaction with the records held during the overlapped commit, in
+        the order they were produced (a session's decisions stay in order); their count."""
+        held, self._held = self._held, None
+        if not held:
+            return 0
+        self.begin()
+        for topic, key, value, step, optional, extra in held:
+            self.produce(topic, key, value, step, optional=optional, **extra)
+        return len(held)
+
+    def abandon_commit(self) -> None:
+        """The loop is leaving with an exception: wait for the worker, keep nothing of it.
+        The transaction is then whatever the worker left it (a crash's outcome)."""
+        worker = self._worker
+        if worker is not None:
+            worker.join()
+            self._worker = None
+            if self._failure is not None:
+                log.warning(
+                    "overlapped commit failed while the loop was leaving: %s", self._failure
+                )
+            self._failure = None
+        self._held = None
+
     def abort(self) -> None:
+        self._held = None  # held for the next transaction: folded ahead, never visible
         self.status = TxnStatus.ABORTING
         try:
             self.call("abort", lambda t: self.producer.abort_transaction(t))

@@ -54,13 +54,15 @@ def _broker(settings: Settings, faults: Faults) -> FakeBroker:
 
 
 def _persist_hits(monkeypatch: pytest.MonkeyPatch, faults: Faults) -> None:
-    original = PartitionTask.persist
+    # step 6 of either path: `persist` (a commit the loop waited for) calls `persist_sealed`,
+    # which is all an overlapped commit's step 6 runs
+    original = PartitionTask.persist_sealed
 
-    def persist(self: PartitionTask) -> None:
+    def persist_sealed(self: PartitionTask) -> None:
         faults.hit("persist")
         original(self)
 
-    monkeypatch.setattr(PartitionTask, "persist", persist)
+    monkeypatch.setattr(PartitionTask, "persist_sealed", persist_sealed)
 
 
 def _skip(step: str) -> int:
