@@ -114,9 +114,10 @@ class CommitLoop(EngineState):
         drained = True
         while True:
             if txn.in_flight:  # steps 4-5 run in the worker: fold ahead, then step 6
-                self._overlap(txn, drained)
+                self._overlap(consumer, txn, drained)
                 self._apply_flow(consumer)
                 last_commit = time.monotonic()
+                more = True  # what was consumed meanwhile may be ready: consume without waiting
                 self._progress()
                 continue
             if self._stopping:
@@ -372,30 +373,57 @@ class CommitLoop(EngineState):
         assert self._consumer is not None
         txn.start_commit(self.owned.positions(), self._consumer.consumer_group_metadata)
 
-    def _overlap(self, txn: Transaction, drained: bool) -> None:
-        """While steps 4-5 run: fold what the order buffer releases (records consumed
-        already: no consume(), so no rebalance callback runs meanwhile), their outputs held
-        by the transaction; then wait for the worker and finish the commit."""
+    def _overlap(self, consumer: ConsumerLike, txn: Transaction, drained: bool) -> None:
+        """While steps 4-5 run in the worker: fold what the order buffer releases, consuming
+        more (never waiting) when it releases nothing, their outputs held by the transaction;
+        then wait for the worker and finish the commit. A rebalance callback that runs inside
+        consume() finishes the commit first (`_settle_commit`)."""
         started = time.monotonic()
         folded = 0
         try:
-            with self.watchdog.guard(f"{Step.FOLD} fold ahead", self.budget_s, self.tasks):
-                while not txn.commit_done():
-                    batch = self.order.ready(time.monotonic(), drained, FOLD_AHEAD_CHUNK)
-                    if not batch:
+            while not txn.commit_done():
+                batch = self.order.ready(time.monotonic(), drained, FOLD_AHEAD_CHUNK)
+                if not batch:
+                    with self.watchdog.guard("poll", self.budget_s, self.tasks):
+                        messages = consumer.consume(CONSUME_BATCH, timeout=0)
+                    if self._rejoin_requested:  # set by a callback that ran inside consume()
+                        self._rejoin_requested = False
+                        raise RejoinError("the assignment was lost or a revoke-time commit failed")
+                    if not messages or not txn.in_flight:
                         break
+                    drained = len(messages) < CONSUME_BATCH
+                    with self.watchdog.guard(f"{Step.FOLD} fold ahead", self.budget_s, self.tasks):
+                        self._take(messages)
+                    self._apply_flow(consumer)
+                    continue
+                with self.watchdog.guard(f"{Step.FOLD} fold ahead", self.budget_s, self.tasks):
                     self._prefetch(batch)
                     for record in batch:
                         self._handle(txn, record)
-                    folded += len(batch)
+                folded += len(batch)
         finally:
             self.metrics.flush()
         waiting = time.monotonic()
         stage = self.metrics.stage_seconds
         if folded:
             stage.labels(stage="fold_ahead").observe(waiting - started)
-        self._finish_commit(txn)
+        if txn.in_flight:
+            self._finish_commit(txn)
         stage.labels(stage="commit_wait").observe(time.monotonic() - waiting)
+
+    def _settle_commit(self) -> None:
+        """Called first by every rebalance callback: consume() runs them, and the loop calls
+        consume() while a commit is in flight. That commit finishes here (steps 4-5 awaited,
+        step 6, the held outputs into the next transaction), so a callback sees at most one
+        open transaction, as without the overlap."""
+        txn = self._txn
+        if txn is None or not txn.in_flight:
+            return
+        try:
+            self._finish_commit(txn)
+        except RejoinError as exc:
+            log.error("the commit in flight failed in a rebalance, rejoining: %s", exc)
+            self._rejoin_requested = True
 
     def _finish_commit(self, txn: Transaction) -> None:
         """Steps 4-5 returned: step 6 of the sealed writes, then the next transaction begins

@@ -23,6 +23,7 @@ class Rebalancing(CommitLoop):
     """Tasks come and go with the group's assignment."""
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._settle_commit()  # a commit in flight finishes first (COMMIT_PROTOCOL, Overlap)
         self.metrics.rebalances.labels(kind="assign").inc()
         self.metrics.set_ready(False)
         complete, incomplete = self.owned.add(partitions)
@@ -80,6 +81,7 @@ class Rebalancing(CommitLoop):
         self._progress()
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._settle_commit()  # a commit in flight finishes first (COMMIT_PROTOCOL, Overlap)
         self.metrics.rebalances.labels(kind="revoke").inc()
         txn = self._txn
         if txn is not None and txn.open:
@@ -106,6 +108,7 @@ class Rebalancing(CommitLoop):
             log.info("resume of revoked partitions refused: %s", exc)
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._settle_commit()  # a commit in flight finishes first (COMMIT_PROTOCOL, Overlap)
         self.metrics.rebalances.labels(kind="lost").inc()
         log.warning("assignment lost: aborting without committing, then rejoining")
         # Observed after a broker restart: the same producer's next send_offsets_to_transaction

@@ -8,15 +8,18 @@ that the committed decisions equal a pure replay of the inputs: each input answe
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from engine.core.events import Decision
+from engine.runtime import commit_loop
 from engine.runtime import engine as engine_module
 from engine.runtime.engine import Engine
 from engine.runtime.store import LocalStore
 from engine.runtime.task import PartitionTask
+from engine.runtime.transaction import Transaction
 from engine.runtime.watchdog import Expired, Watchdog
 from engine.settings import Settings, load_settings
 from engine.wire import RecordType
@@ -33,9 +36,25 @@ def _no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine_module, "REJOIN_INITIAL_S", 0.0)
 
 
+OVERLAP = {"overlap": False}
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["wait", "overlap"])
+def _commit_overlap(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every case twice: the loop waiting for each commit, and steps 4-5 in the worker while
+    the loop folds ahead. Overlapped, the order buffer releases 2 records per look, so ready
+    records wait when a commit starts, and the worker counts as busy until the loop has
+    folded all of them: every commit folds ahead as much as it can, with no clock."""
+    monkeypatch.setitem(OVERLAP, "overlap", request.param)
+    if request.param:
+        monkeypatch.setattr(commit_loop, "CONSUME_BATCH", 2)
+        monkeypatch.setattr(Transaction, "commit_done", lambda self: False)
+
+
 def _settings(tmp_path: Path) -> Settings:
     return load_settings(
         environ={},
+        commit_overlap=OVERLAP["overlap"],
         partitions=PARTITIONS,
         state_dir=tmp_path / "state",
         metrics_port=0,
@@ -79,6 +98,15 @@ def _done(broker: FakeBroker, settings: Settings) -> bool:
     )
 
 
+def _stop_when_folded(engine: Engine) -> Callable[[], None]:
+    def on_idle() -> None:
+        txn = engine._txn
+        if not len(engine.order) and (txn is None or not txn.open):
+            engine.stop()
+
+    return on_idle
+
+
 def _run_until_done(
     settings: Settings, broker: FakeBroker, watchdog: Watchdog | None = None
 ) -> int:
@@ -86,7 +114,10 @@ def _run_until_done(
     for incarnation in range(1, 6):
         clients = FakeClients(broker)
         engine = Engine(settings, clients=clients, watchdog=watchdog)
-        clients.on_idle = engine.stop
+        # Stop once nothing is left to consume or fold (the order buffer may hold records
+        # released a few at a time) and no transaction is open (a failing last commit would
+        # leave its inputs to the next process).
+        clients.on_idle = _stop_when_folded(engine)
         try:
             engine.run()
         except Crash:
@@ -121,10 +152,20 @@ def _check_replay(broker: FakeBroker, settings: Settings) -> None:
     assert_exactly_once(EVENTS, seen, inputs)  # type: ignore[arg-type]
 
 
-def test_no_fault_baseline(tmp_path: Path) -> None:
+def test_no_fault_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    held: list[int] = []
+    produce_held = Transaction.produce_held
+
+    def counted(self: Transaction) -> int:
+        held.append(produce_held(self))
+        return held[-1]
+
+    monkeypatch.setattr(Transaction, "produce_held", counted)
     settings = _settings(tmp_path)
     broker = _broker(settings, Faults())
     assert _run_until_done(settings, broker) == 1
+    # overlapped, decisions were folded ahead and produced into the next transaction
+    assert (sum(held) > 0) is OVERLAP["overlap"]
     assert (broker.clients_created, broker.aborts) == (1, 0)
     _check_replay(broker, settings)
     # A stop leaves step 6 on disk (no open SQLite batch): another reader sees every
