@@ -43,7 +43,7 @@ class Settings(BaseModel):
     commit_max_events: int = Field(default=2_000, ge=1)
     # Steps 4-5 of a commit run in a worker thread while the loop folds records it already
     # consumed into the next transaction (COMMIT_PROTOCOL.md, "Overlap"); false: the loop waits.
-    commit_overlap: bool = False
+    commit_overlap: bool = True
     transaction_timeout_ms: int = Field(default=15_000, ge=1_000)
     session_timeout_ms: int = Field(default=10_000, ge=1_000, le=300_000)
     metrics_port: int = Field(default=9464, ge=0, le=65_535)

@@ -389,12 +389,15 @@ class CommitLoop(EngineState):
                     if self._rejoin_requested:  # set by a callback that ran inside consume()
                         self._rejoin_requested = False
                         raise RejoinError("the assignment was lost or a revoke-time commit failed")
-                    if not messages or not txn.in_flight:
+                    if not messages:
                         break
                     drained = len(messages) < CONSUME_BATCH
+                    # taken even if a callback finished the commit: consumed is consumed
                     with self.watchdog.guard(f"{Step.FOLD} fold ahead", self.budget_s, self.tasks):
                         self._take(messages)
                     self._apply_flow(consumer)
+                    if not txn.in_flight:
+                        break
                     continue
                 with self.watchdog.guard(f"{Step.FOLD} fold ahead", self.budget_s, self.tasks):
                     self._prefetch(batch)
@@ -437,8 +440,9 @@ class CommitLoop(EngineState):
             self._abort(txn, str(exc))
             return
         self._committed(txn, inflight, sealed=True)
-        try:
-            txn.produce_held()
+        try:  # step 2's records, produced now: under step 2's guard
+            with self.watchdog.guard(f"{Step.FOLD} fold", self.budget_s, self.tasks):
+                txn.produce_held()
         except AbortableError as exc:
             self._abort(txn, str(exc))
 

@@ -8,6 +8,7 @@ that the committed decisions equal a pure replay of the inputs: each input answe
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -221,6 +222,13 @@ def test_a_call_that_never_returns_is_cut_by_the_watchdog(
     )
     thread.start()
     assert faults.hung.wait(60), f"{step} was never reached"
+    names = {"A1": "A1", "A2": "A2", "begin": "1", "produce": "2 fold", "flush": "4 flush"}
+    names |= {"offsets": "4 send_offsets", "commit": "5", "persist": "6"}
+    # Overlapped, the loop may still fold ahead while the worker hangs: the hung call's guard
+    # is the innermost once the loop waits for the worker.
+    until = time.monotonic() + 60
+    while watchdog.current_step() != names[step] and time.monotonic() < until:
+        time.sleep(0.001)
     assert watchdog.check() is None, "nothing is late before the budget passes"
     now[0] += 10_000.0
     expired = watchdog.check()
@@ -228,8 +236,6 @@ def test_a_call_that_never_returns_is_cut_by_the_watchdog(
     assert not thread.is_alive()
     assert expired is not None
     assert reported == [expired]
-    names = {"A1": "A1", "A2": "A2", "begin": "1", "produce": "2 fold", "flush": "4 flush"}
-    names |= {"offsets": "4 send_offsets", "commit": "5", "persist": "6"}
     assert expired.step == names[step]
     assert runs
     assert broker.clients_created >= 2

@@ -274,7 +274,13 @@ def test_a_partition_paused_for_order_is_not_left_paused_by_a_rebalance(tmp_path
 
     clients.consumer = consumer  # type: ignore[method-assign,assignment]
     engine = Engine(settings, clients=clients)
-    clients.on_idle = engine.stop
+
+    def on_idle() -> None:  # consumed and folded everything, nothing left open
+        txn = engine._txn
+        if not len(engine.order) and (txn is None or not txn.open):
+            engine.stop()
+
+    clients.on_idle = on_idle
     engine.run()
     assert made[0].rebalanced, "the order buffer never paused an input: nothing was tested"
     answered = set()

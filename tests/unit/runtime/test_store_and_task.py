@@ -390,3 +390,45 @@ def test_step_6_drops_what_was_prefetched_before_the_store_changed(tmp_path: Pat
     task.store.get = counted  # type: ignore[method-assign]
     assert task.state_of("s2") is None
     assert reads == ["s2"]  # read from the store as it is after step 6, not the batch's copy
+
+
+def test_an_overlapped_commit_persists_only_what_it_sealed(tmp_path: Path) -> None:
+    """COMMIT_PROTOCOL "Overlap": folds after step 3 (while steps 4-5 run) read the sealed
+    states, and step 6 writes the sealed generation only, never a state folded ahead."""
+    task = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
+    task.fold(intent("e1", [OUT], [U, C]), offset=0)
+    sealed = task.changelog_records()  # step 3 of transaction N
+    task.seal()
+    # folded ahead into N+1: the ack reads N's (sealed) state, a new session starts
+    _, decisions, _ = task.fold(ack("e2", AckOutcome.COMMITTED), offset=1)
+    assert decisions[0].verdict is Verdict.RECORDED
+    task.fold(replace(intent("e3", [OUT], [U, C]), session_id="s2"), offset=2)
+    assert task.store.get("s1") is None, "nothing reaches the store before step 6"
+    task.changelog_high = 7
+    task.persist_sealed()  # step 6 of N
+    stored = task.store.get("s1")
+    assert stored is not None
+    assert stored == sealed[0].state, "the store holds N's state, not the one folded ahead"
+    assert task.store.get("s2") is None
+    assert task.store.changelog_offset() == 7
+    # N+1's step 3 carries exactly what was folded ahead
+    ahead = {w.session_id: w for w in task.changelog_records()}
+    assert set(ahead) == {"s1", "s2"}
+    assert ahead["s1"].state != stored
+    assert ahead["s1"].pending_status is None  # the ack resolved the intent N left PENDING
+
+
+def test_a_failed_overlapped_commit_drops_what_was_folded_ahead(tmp_path: Path) -> None:
+    task = PartitionTask(partition=0, store=LocalStore(tmp_path / "p0.sqlite"))
+    task.fold(intent("e1", [OUT], [U, C]), offset=0)
+    task.changelog_records()
+    task.seal()
+    task.fold(ack("e2", AckOutcome.COMMITTED), offset=1)
+    task.discard()  # commit N failed: abort drops N and everything folded ahead
+    assert task.state_of("s1") is None
+    assert task.changelog_records() == []
+    assert task.store.get("s1") is None
+    # folded again from the committed offsets: the intent starts from nothing, as first
+    before, _, _ = task.fold(intent("e1", [OUT], [U, C]), offset=0)
+    assert before is None
+    assert [w.session_id for w in task.changelog_records()] == ["s1"]
