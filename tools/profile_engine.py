@@ -119,7 +119,8 @@ def main() -> None:
     print(
         f"{len(inputs):,} inputs, {args.processes} engine process(es): {counter.rate():,.0f} "
         f"inputs/s; CPU us/input: engine {per_input(engine_cpu):.0f}, broker "
-        f"{per_input(broker_cpu):.0f}, bench client {per_input(client_cpu):.0f}"
+        f"{per_input(broker_cpu):.0f}, bench client {per_input(client_cpu):.0f}; "
+        f"decisions/input {counter.decisions / len(inputs):.3f}"
     )
     if stages:  # since the start, idle consume waits included
         waited = ", ".join(f"{k} {v * 1e6 / len(inputs):.0f}" for k, v in sorted(stages.items()))
