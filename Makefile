@@ -114,4 +114,4 @@ broker-stop:
 
 clean: broker-stop
 	[ ! -x $(PY) ] || $(PY) -m tools.build_compiled --clean
-	rm -rf $(VENV) $(QUIX_VENV) .kafka .registry .mypy_cache .ruff_cache .pytest_cache .hypothesis examples/java-runner/target
+	rm -rf $(VENV) $(QUIX_VENV) build dist reconciler.egg-info .kafka .registry .mypy_cache .ruff_cache .pytest_cache .hypothesis examples/java-runner/target
