@@ -67,6 +67,7 @@ from engine.core.members import (
     VERDICT_WITHHELD,
 )
 from engine.core.parked import (
+    answer_waiting_copy,
     drain,
     expire_overdue,
     expire_writes,
@@ -96,6 +97,10 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
         raise SessionMismatchError(
             state_session_id=state.session_id, event_session_id=event.session_id
         )
+    if _waiting(state):
+        copy = answer_waiting_copy(state, event)
+        if copy is not None:
+            return FoldResult(state, (copy,))
     if event.event_id in state.recent_event_ids:
         return FoldResult(state, (_answer_duplicate(state, event),))
     remembered = _remember(state, event.event_id)
