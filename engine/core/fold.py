@@ -101,7 +101,11 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
         copy = answer_waiting_copy(state, event)
         if copy is not None:
             return FoldResult(state, (copy,))
-    if event.event_id in state.recent_event_ids:
+    if event.event_id in state.recent_event_ids or (
+        type(event) is ResumeEvent and event.event_id == state.grant_request_id
+    ):
+        # The granting request is remembered beyond the window: a copy of it gets the same
+        # grant again, never a second, different answer under the grant's decision id.
         return FoldResult(state, (_answer_duplicate(state, event),))
     remembered = _remember(state, event.event_id)
     # Draining and expiring only look at waiting inputs: with none (almost every event) they

@@ -164,3 +164,19 @@ def test_an_evicted_copy_is_not_answered_while_another_copy_still_waits() -> Non
     assert [p.resume.event_id for p in current.parked_resumes].count("r-0") == 1
     current, expired = expire(current, LATE)
     assert _finals(expired, "r-0") == [(Verdict.WITHHELD, Reason.INTENT_NEVER_ARRIVED)]
+
+
+def test_a_copy_of_the_granting_resume_out_of_the_window_gets_the_same_grant() -> None:
+    """`grant_request_id` outlives the window: before, the copy was judged afresh and got
+    CHECKPOINT_ALREADY_RESUMED under the grant's own decision id."""
+    granted = resume("r-1", record([A], [], intent_id="i1"), [A], runner="r1", t=2_000)
+    events: list[Event] = [intent("i-1", [A], [], t=1_000), granted]
+    events += [intent(f"i-{n}", [A], [A], intent_id=f"i{n}", seq=n, t=2_000 + n) for n in (2, 3)]
+    events += _fillers("g", 3_000)
+    state, decisions = _fold([*events, granted])
+    answers = [(d.verdict, d.reason) for d in decisions if d.decision_id == "r-1"]
+    assert answers == [
+        (Verdict.CONTINUE, Reason.COMMITTED),
+        (Verdict.CONTINUE, Reason.REGRANT_DUPLICATE_REQUEST),
+    ]
+    assert state.grant_request_id == "r-1"
