@@ -53,7 +53,6 @@ from engine.core.events import (
 from engine.core.members import (
     HEALTH_CLEAR,
     HEALTH_VIOLATED,
-    REASON_AWAITING_INTENT,
     REASON_DUPLICATE,
     REASON_HELD_RIDES,
     REASON_KNOWN_COMMITTED,
@@ -62,7 +61,6 @@ from engine.core.members import (
     REASON_SESSION_VIOLATED,
     SLOT_HELD,
     STEP_WHY,
-    VERDICT_DEFERRED,
     VERDICT_RECORDED,
     VERDICT_WITHHELD,
 )
@@ -205,7 +203,5 @@ def _answer_duplicate(state: SessionState, event: Event) -> Decision:
                 REASON_REGRANT_DUPLICATE_REQUEST,
                 runner_action=_grant_action(state, state.grant_verdict),
             )
-        if any(p.resume.event_id == event.event_id for p in state.parked_resumes):
-            return decide(state, event, VERDICT_DEFERRED, REASON_AWAITING_INTENT, final=False)
         return decide(state, event, VERDICT_WITHHELD, REASON_DUPLICATE, trail=why)
     return decide(state, event, VERDICT_RECORDED, REASON_DUPLICATE, trail=why)
