@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
+from engine.runtime.fencing import FenceReport, fence_previous_owners, transactional_id
 from engine.runtime.restore import RestoreReport, restore_partitions
 from engine.runtime.store import LocalStore
 from engine.settings import Settings
@@ -83,13 +84,16 @@ class ClientFactory(Protocol):
         stores: Mapping[int, LocalStore],
         progress: Callable[[], None],
     ) -> list[RestoreReport]: ...
+    def fence(
+        self, settings: Settings, partitions: list[TopicPartition], timeout_s: float
+    ) -> FenceReport: ...
 
 
 def producer_config(settings: Settings) -> dict[str, Any]:
     s = settings
     return s.client_config(
         **{
-            "transactional.id": f"{s.group_id}-{s.instance_id}",
+            "transactional.id": transactional_id(s),
             "transaction.timeout.ms": s.transaction_timeout_ms,
             "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
             "enable.idempotence": True,
@@ -164,3 +168,8 @@ class KafkaClients:
             stores,
             progress=progress,
         )
+
+    def fence(
+        self, settings: Settings, partitions: list[TopicPartition], timeout_s: float
+    ) -> FenceReport:
+        return fence_previous_owners(settings, partitions, timeout_s)
