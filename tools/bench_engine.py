@@ -243,6 +243,7 @@ def main() -> None:
     parser.add_argument("--restore-sessions", type=int, default=1_000_000)
     parser.add_argument("--failover-seconds", type=float, default=25, help="load after the kill")
     parser.add_argument("--failover-runs", type=int, default=1, help="kills, each in a fresh group")
+    parser.add_argument("--failover-session-ms", type=int, help="session.timeout.ms there")
     parser.add_argument("--only", choices=["throughput", "latency", "restore", "failover"])
     args = parser.parse_args()
     if args.only in (None, "throughput"):

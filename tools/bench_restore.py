@@ -159,7 +159,8 @@ def failover(args: argparse.Namespace) -> None:
     """Three `reconciler run` instances in one group under a steady probe load; one is killed
     (supervisor and engine at once, as a pod or node is lost). Per partition: time from the kill
     to the first answer to a probe produced after it."""
-    settings = fresh_settings(args.bootstrap_servers, args.partitions, args.commit_ms)
+    session = {"session_timeout_ms": args.failover_session_ms} if args.failover_session_ms else {}
+    settings = fresh_settings(args.bootstrap_servers, args.partitions, args.commit_ms, **session)
     log_dir = Path(tempfile.mkdtemp(prefix="bench-log-"))
     instances, ports = [], []
     for n in range(3):

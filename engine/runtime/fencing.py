@@ -18,6 +18,7 @@ interleaving: COMMIT_PROTOCOL.md, "A0: fencing a previous owner".
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,7 @@ class FenceReport:
     fenced: tuple[str, ...]  # transactional.ids whose open transaction was ended
     failed: tuple[str, ...] = ()  # tried and not done: their transaction times out instead
     skipped: str = ""  # why nothing was tried, when the lookup itself failed
+    lookup_s: float = 0.0  # reading the previous owners and the members
 
 
 def fence_previous_owners(
@@ -67,19 +69,21 @@ def fence_previous_owners(
 ) -> FenceReport:
     """A0 for these input partitions: never raises; the report says what was done."""
     config = settings.client_config()
+    started = time.monotonic()
     admin = AdminClient(config)
     try:
         previous = _previous_owners(admin, settings.group_id, list(partitions), timeout_s)
         members = _member_ids(admin, settings, timeout_s)
     except (KafkaException, TimeoutError, OSError) as exc:
         return FenceReport((), (), f"previous owners not known ({exc})")
+    lookup_s = time.monotonic() - started
     fenced, failed = [], []
     for txn_id in to_fence(previous.values(), members, transactional_id(settings)):
         if _fence(config, txn_id, settings.transaction_timeout_ms, timeout_s):
             fenced.append(txn_id)
         else:
             failed.append(txn_id)
-    return FenceReport(tuple(fenced), tuple(failed))
+    return FenceReport(tuple(fenced), tuple(failed), lookup_s=lookup_s)
 
 
 def _previous_owners(

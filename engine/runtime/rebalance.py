@@ -94,13 +94,14 @@ class Rebalancing(CommitLoop):
             report = self.factory.fence(self.settings, self.owned.wanted(partitions), FENCE_S)
         if report.fenced or report.failed or report.skipped:
             log.info(
-                "step %s: partitions %s: fenced %s%s%s in %.2fs",
+                "step %s: partitions %s: fenced %s%s%s in %.2fs (lookup %.2fs)",
                 Step.FENCE_PREVIOUS_OWNER,
                 partitions,
                 list(report.fenced),
                 f", not fenced {list(report.failed)}" if report.failed else "",
                 f", {report.skipped}" if report.skipped else "",
                 time.monotonic() - asked,
+                report.lookup_s,
             )
 
     def _restore_progress(self) -> None:

@@ -249,6 +249,8 @@ def test_a_killed_instances_partitions_answer_again_before_its_transaction_timeo
         answered = _wait_answers(kafka_bootstrap, base, ids, base.transaction_timeout_ms / 1000)
     finally:
         stop.set()
+        if loader.is_alive():
+            loader.join(timeout=60)
         for proc in procs:
             if proc.alive():
                 proc.kill_all()
