@@ -130,6 +130,26 @@ def mode() -> str:
     return "compiled" if all(_is_extension(m) for m in loaded) else "pure"
 
 
+def describe() -> str:
+    """What this process runs, in one line for an operator:
+    ``python -c "from engine import compiled; print(compiled.describe())"``."""
+    if mode() == "compiled":
+        return f"compiled: {len(COMPILED)} modules run as mypyc extensions"
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        why = f"{PURE_ENV} is set"
+    elif not MANIFEST.exists():
+        why = (
+            "no compiled build here (installed from a wheel built without a C compiler or with "
+            f"{PURE_ENV}=1, or `make setup PURE=1`); reinstall where gcc and the Python "
+            "headers are present, or run `make setup`"
+        )
+    elif stale_modules():
+        why = "sources changed since the compiled build; run `make setup` or reinstall"
+    else:
+        why = "the compiled build does not load here; rebuild it (`make setup` or reinstall)"
+    return f"pure: {why}. The sources run at about twice the CPU per event"
+
+
 @contextmanager
 def _swapped(modules: Sequence[str]) -> Iterator[dict[str, ModuleType]]:
     saved = {m: sys.modules.pop(m) for m in modules if m in sys.modules}

@@ -44,7 +44,13 @@ class Settings(BaseModel):
     # Steps 4-5 of a commit run in a worker thread while the loop folds records it already
     # consumed into the next transaction (COMMIT_PROTOCOL.md, "Overlap"); false: the loop waits.
     commit_overlap: bool = True
-    transaction_timeout_ms: int = Field(default=15_000, ge=1_000)
+    # The broker aborts a transaction open this long. One is legitimately open for the commit
+    # interval plus steps 3-5 (tens of ms; seconds across a broker restart), so 10 s leaves
+    # room; it must stay above commit_interval_ms. A killed instance's transaction is ended at
+    # once by its partitions' next owner (step A0, engine/runtime/fencing.py); when it cannot
+    # be (README "Failover"), decisions on those partitions wait this long plus the broker's
+    # transaction.abort.timed.out.transaction.cleanup.interval.ms (10 s by Kafka's default).
+    transaction_timeout_ms: int = Field(default=10_000, ge=1_000)
     session_timeout_ms: int = Field(default=10_000, ge=1_000, le=300_000)
     metrics_port: int = Field(default=9464, ge=0, le=65_535)
     # A Kafka call may block for transaction_timeout + this margin before the watchdog ends the

@@ -242,7 +242,9 @@ def main() -> None:
     parser.add_argument("--live-sessions", type=int, default=200_000)
     parser.add_argument("--restore-sessions", type=int, default=1_000_000)
     parser.add_argument("--failover-seconds", type=float, default=25, help="load after the kill")
-    parser.add_argument("--only", choices=["throughput", "latency", "restore"])
+    parser.add_argument("--failover-runs", type=int, default=1, help="kills, each in a fresh group")
+    parser.add_argument("--failover-session-ms", type=int, help="session.timeout.ms there")
+    parser.add_argument("--only", choices=["throughput", "latency", "restore", "failover"])
     args = parser.parse_args()
     if args.only in (None, "throughput"):
         throughput(args)
@@ -250,6 +252,8 @@ def main() -> None:
         bench_latency.report(args)
     if args.only in (None, "restore"):
         bench_restore.report(args)
+    if args.only == "failover":
+        bench_restore.report(args, failover_only=True)
 
 
 if __name__ == "__main__":

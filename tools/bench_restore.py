@@ -159,7 +159,8 @@ def failover(args: argparse.Namespace) -> None:
     """Three `reconciler run` instances in one group under a steady probe load; one is killed
     (supervisor and engine at once, as a pod or node is lost). Per partition: time from the kill
     to the first answer to a probe produced after it."""
-    settings = fresh_settings(args.bootstrap_servers, args.partitions, args.commit_ms)
+    session = {"session_timeout_ms": args.failover_session_ms} if args.failover_session_ms else {}
+    settings = fresh_settings(args.bootstrap_servers, args.partitions, args.commit_ms, **session)
     log_dir = Path(tempfile.mkdtemp(prefix="bench-log-"))
     instances, ports = [], []
     for n in range(3):
@@ -195,6 +196,11 @@ def failover(args: argparse.Namespace) -> None:
         send_for(10)  # the group settles with all three
         killed_at = time.monotonic()
         kill(instances[0])
+        print(
+            f"  killed fo-0 at {time.strftime('%H:%M:%S', time.gmtime())}"
+            f".{int(time.time() * 1000) % 1000:03d} UTC; engine logs in {log_dir}",
+            flush=True,
+        )
         send_for(args.failover_seconds)
         producer.flush(30)
         time.sleep(2)
@@ -252,11 +258,13 @@ def _read_answers(
     consumer.close()
 
 
-def report(args: argparse.Namespace) -> None:
-    print("state, restart and failover:")
+def report(args: argparse.Namespace, *, failover_only: bool = False) -> None:
+    print("failover:" if failover_only else "state, restart and failover:")
     print("| case | figure |")
     print("|---|---|")
-    live_sessions(args)
-    cold_restore(args)
-    failover(args)
+    if not failover_only:
+        live_sessions(args)
+        cold_restore(args)
+    for _ in range(args.failover_runs):
+        failover(args)
     print()

@@ -4,7 +4,8 @@
 the compiled modules), then builds one C extension per module next to its source plus a shared
 library (``engine/compiled_build__mypyc*.so``), and last the manifest of source hashes that
 `engine.compiled` checks at import. All of it is git-ignored. ``--clean`` removes it, and the
-sources run uncompiled again.
+sources run uncompiled again. setup.py builds the same extensions into the wheel (`pip install .`),
+with the manifest written into the wheel rather than the work tree.
 
 A missing compiler or Python headers fails the build with a message saying what to install or
 how to choose the uncompiled path on purpose (``make setup PURE=1``): falling back silently
@@ -15,16 +16,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import sysconfig
 import time
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.compiled import COMPILED, MANIFEST, ROOT, source_hash, source_path
 from engine.wire.avro_gen import BUILT_MODULE, module_source
 from engine.wire.limits import DEFAULT_LIMITS
+
+if TYPE_CHECKING:
+    from setuptools import Extension
 
 BUILD_DIR = ROOT / "build" / "mypyc"
 GROUP = "engine.compiled_build"
@@ -60,23 +66,39 @@ def check_toolchain() -> str | None:
     include = Path(sysconfig.get_paths()["include"]) / "Python.h"
     if not include.exists():
         return f"the Python headers ({include} is missing; Debian: apt-get install python3-dev)"
-    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    # setuptools compiles with $CC when it is set, else with the compiler Python was built with.
+    compiler = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) is None:
         return f"a C compiler ({compiler!r} is not on PATH; Debian: apt-get install gcc)"
     return None
 
 
-def build() -> None:
+def extensions(target_dir: Path) -> list[Extension]:
+    """The generated Avro module written, then one extension per compiled module plus their
+    shared library, their C in ``target_dir``; run from ROOT (setup.py does too)."""
     from mypyc.build import mypycify  # the build needs mypy; the engine at run time does not
+
+    write_avro_module()
+    paths = [str(source_path(m).relative_to(ROOT)) for m in COMPILED]
+    modules: list[Extension] = mypycify(
+        paths, opt_level="3", group_name=GROUP, target_dir=str(target_dir)
+    )
+    return modules
+
+
+def manifest_text() -> str:
+    """What `engine.compiled` compares the sources with at import."""
+    return json.dumps({"sources": {m: source_hash(m) for m in COMPILED}}, indent=1) + "\n"
+
+
+def build() -> None:
     from setuptools import setup
 
     clean()
-    write_avro_module()
+    modules = extensions(BUILD_DIR)
     # setup() reads pyproject.toml from the current folder and warns about the project's own
     # metadata; this call builds extensions only.
     warnings.simplefilter("ignore")
-    paths = [str(source_path(m).relative_to(ROOT)) for m in COMPILED]
-    modules = mypycify(paths, opt_level="3", group_name=GROUP, target_dir=str(BUILD_DIR))
     setup(
         name="reconciler-compiled",
         ext_modules=modules,
@@ -85,8 +107,7 @@ def build() -> None:
             *("--build-temp", str(BUILD_DIR / "temp"), "--build-lib", str(BUILD_DIR / "lib")),
         ],
     )
-    manifest = {"sources": {m: source_hash(m) for m in COMPILED}}
-    MANIFEST.write_text(json.dumps(manifest, indent=1) + "\n")
+    MANIFEST.write_text(manifest_text())
 
 
 def main() -> None:

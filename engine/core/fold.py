@@ -53,7 +53,6 @@ from engine.core.events import (
 from engine.core.members import (
     HEALTH_CLEAR,
     HEALTH_VIOLATED,
-    REASON_AWAITING_INTENT,
     REASON_DUPLICATE,
     REASON_HELD_RIDES,
     REASON_KNOWN_COMMITTED,
@@ -62,11 +61,11 @@ from engine.core.members import (
     REASON_SESSION_VIOLATED,
     SLOT_HELD,
     STEP_WHY,
-    VERDICT_DEFERRED,
     VERDICT_RECORDED,
     VERDICT_WITHHELD,
 )
 from engine.core.parked import (
+    answer_waiting_copy,
     drain,
     expire_overdue,
     expire_writes,
@@ -96,7 +95,15 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
         raise SessionMismatchError(
             state_session_id=state.session_id, event_session_id=event.session_id
         )
-    if event.event_id in state.recent_event_ids:
+    if _waiting(state):
+        copy = answer_waiting_copy(state, event)
+        if copy is not None:
+            return FoldResult(state, (copy,))
+    if event.event_id in state.recent_event_ids or (
+        type(event) is ResumeEvent and event.event_id == state.grant_request_id
+    ):
+        # The granting request is remembered beyond the window: a copy of it gets the same
+        # grant again, never a second, different answer under the grant's decision id.
         return FoldResult(state, (_answer_duplicate(state, event),))
     remembered = _remember(state, event.event_id)
     # Draining and expiring only look at waiting inputs: with none (almost every event) they
@@ -196,7 +203,5 @@ def _answer_duplicate(state: SessionState, event: Event) -> Decision:
                 REASON_REGRANT_DUPLICATE_REQUEST,
                 runner_action=_grant_action(state, state.grant_verdict),
             )
-        if any(p.resume.event_id == event.event_id for p in state.parked_resumes):
-            return decide(state, event, VERDICT_DEFERRED, REASON_AWAITING_INTENT, final=False)
         return decide(state, event, VERDICT_WITHHELD, REASON_DUPLICATE, trail=why)
     return decide(state, event, VERDICT_RECORDED, REASON_DUPLICATE, trail=why)

@@ -18,7 +18,9 @@ from engine.core.decide import decide, make_trail, reject
 from engine.core.events import (
     AckEvent,
     Decision,
+    Event,
     IntentEvent,
+    ResumeEvent,
 )
 from engine.core.intents import awaits_failure, fold_intent, opens_attempt
 from engine.core.members import (
@@ -28,7 +30,7 @@ from engine.core.members import (
     SUFFIX_FINAL,
     VERDICT_RECORDED,
 )
-from engine.core.resumes import awaits, evaluate_resume, expire_parked
+from engine.core.resumes import awaits, deferred, evaluate_resume, expire_parked
 from engine.core.state import PARK_MS, PARKED_WRITES_LIMIT, SessionState
 
 
@@ -43,16 +45,22 @@ def park_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState, 
     parked = [*state.parked_intents, event]
     evicted, kept = parked[:-PARKED_WRITES_LIMIT], parked[-PARKED_WRITES_LIMIT:]
     new_state = replace(state, parked_intents=kept)
-    why = f"fence {event.fence_token} is ahead of the engine's {state.fence_token}"
-    if not awaits_grant(state, event):
-        why = f"re-arm of {event.intent_id} ahead of the failure it retries"
-    decisions = [
-        decide(state, event, VERDICT_RECORDED, REASON_PARKED, trail=make_trail((STEP_WHY, why)))
-    ]
+    decisions = [_intent_parked(state, event)]
+    still = {i.event_id for i in kept}
     for old in evicted:
+        if old.event_id in still:  # a copy in a state from an older engine: answered later
+            continue
+        still.add(old.event_id)
         why = f"no grant of fence {old.fence_token} arrived while {PARKED_WRITES_LIMIT} waited"
         decisions.append(reject(new_state, old, REASON_UNKNOWN_FENCE, why, SUFFIX_FINAL))
     return new_state, decisions
+
+
+def _intent_parked(state: SessionState, event: IntentEvent) -> Decision:
+    why = f"fence {event.fence_token} is ahead of the engine's {state.fence_token}"
+    if not awaits_grant(state, event):
+        why = f"re-arm of {event.intent_id} ahead of the failure it retries"
+    return decide(state, event, VERDICT_RECORDED, REASON_PARKED, trail=make_trail((STEP_WHY, why)))
 
 
 def park_ack(state: SessionState, event: AckEvent) -> tuple[SessionState, list[Decision]]:
@@ -61,15 +69,40 @@ def park_ack(state: SessionState, event: AckEvent) -> tuple[SessionState, list[D
     parked = [*state.parked_acks, event]
     evicted, kept = parked[:-PARKED_WRITES_LIMIT], parked[-PARKED_WRITES_LIMIT:]
     new_state = replace(state, parked_acks=kept)
-    why = "the ack refers to an intent, fence, release or re-arm not folded yet"
-    decisions = [
-        decide(state, event, VERDICT_RECORDED, REASON_PARKED, trail=make_trail((STEP_WHY, why)))
-    ]
+    decisions = [_ack_parked(state, event)]
+    still = {a.event_id for a in kept}
     for old in evicted:
+        if old.event_id in still:  # a copy in a state from an older engine: answered later
+            continue
+        still.add(old.event_id)
         why = f"what the ack refers to did not arrive while {PARKED_WRITES_LIMIT} acks waited"
         new_state, answer = answer_unready(new_state, old, why)
         decisions.append(answer)
     return new_state, decisions
+
+
+def _ack_parked(state: SessionState, event: AckEvent) -> Decision:
+    why = "the ack refers to an intent, fence, release or re-arm not folded yet"
+    return decide(state, event, VERDICT_RECORDED, REASON_PARKED, trail=make_trail((STEP_WHY, why)))
+
+
+def answer_waiting_copy(state: SessionState, event: Event) -> Decision | None:
+    """The answer to a copy (same event id) of an input that waits, or None if none waits.
+
+    A copy is answered as its first copy was (RECORDED PARKED, or DEFERRED for a resume, same
+    `decision_id`) and is not parked again: each event id waits once, takes one place in the
+    limits and gets one final answer (SPEC.md §6 "Parked inputs"). It changes no state, so it
+    also times nothing: the first copy, with the same event time, already did."""
+    event_id = event.event_id
+    if type(event) is ResumeEvent:
+        waits = any(p.resume.event_id == event_id for p in state.parked_resumes)
+        return deferred(state, event) if waits else None
+    if type(event) is AckEvent:
+        waits = any(a.event_id == event_id for a in state.parked_acks)
+        return _ack_parked(state, event) if waits else None
+    if type(event) is IntentEvent and any(i.event_id == event_id for i in state.parked_intents):
+        return _intent_parked(state, event)
+    return None
 
 
 def _final(decision: Decision) -> Decision:
@@ -211,6 +244,8 @@ def expire_writes(
     topic's own clock may say that intent is not coming."""
     decisions: list[Decision] = []
     for ack in list(state.parked_acks):
+        if not any(a.event_id == ack.event_id for a in state.parked_acks):
+            continue  # a copy (state from an older engine) answered with its first
         waits_on_grant = awaits_grant(state, ack)
         clock = grants if waits_on_grant else acks if knows_attempt(state, ack) else unseen
         if ack.event_time_ms + PARK_MS > at_ms or not clock:
@@ -223,7 +258,7 @@ def expire_writes(
             why += f" ({PARK_MS} ms of event time)"
         state, decision = answer_unready(replace(state, parked_acks=rest_acks), ack, why)
         decisions.append(decision)
-    overdue = [i for i in state.parked_intents if i.event_time_ms + PARK_MS <= at_ms]
+    overdue = _first_copies([i for i in state.parked_intents if i.event_time_ms + PARK_MS <= at_ms])
     unfenced = [i for i in overdue if grants and awaits_grant(state, i)]
     retries = [
         i for i in overdue if rearms and not awaits_grant(state, i) and awaits_failure(state, i)
@@ -241,6 +276,17 @@ def expire_writes(
         return state, decisions
     state, drained = drain(state)
     return state, [*decisions, *drained]
+
+
+def _first_copies(intents: list[IntentEvent]) -> list[IntentEvent]:
+    """One intent per event id (a state from an older engine can hold two copies of one)."""
+    seen: set[str] = set()
+    first: list[IntentEvent] = []
+    for i in intents:
+        if i.event_id not in seen:
+            seen.add(i.event_id)
+            first.append(i)
+    return first
 
 
 def expire_overdue(

@@ -89,26 +89,35 @@ def _park(
     state: SessionState, event: ResumeEvent, position: int
 ) -> tuple[SessionState, list[Decision]]:
     """DEFERRED now; the final answer comes with the intent, or when it is overdue or evicted."""
-    pending = event.pending
     parked = [*state.parked_resumes, ParkedResume(resume=event, position=position)]
     evicted, kept = parked[:-PARKED_LIMIT], parked[-PARKED_LIMIT:]
-    named = "no pending write" if pending is None else f"intent {pending.intent_id}"
-    why = f"the checkpoint ({named}, write {event.checkpoint_sequence}) is ahead of the engine"
-    decisions = [
-        decide(
-            state,
-            event,
-            VERDICT_DEFERRED,
-            REASON_AWAITING_INTENT,
-            trail=make_trail((STEP_WHY, why)),
-            final=False,
-        )
-    ]
+    decisions = [deferred(state, event)]
     new_state = replace(state, parked_resumes=kept)
+    # A state written before copies were kept out (SPEC.md §6) can hold two of one event id:
+    # an evicted copy is answered only when no other copy of it waits on.
+    still = {p.resume.event_id for p in kept}
     for old in evicted:
+        if old.resume.event_id in still:
+            continue
+        still.add(old.resume.event_id)
         why = f"more than {PARKED_LIMIT} resumes wait for unregistered intents; oldest answered"
         decisions.append(_final_withhold(new_state, old.resume, REASON_PARKED_OVERFLOW, why))
     return new_state, decisions
+
+
+def deferred(state: SessionState, event: ResumeEvent) -> Decision:
+    """The first answer of a resume that waits, and of every copy of it while it waits."""
+    pending = event.pending
+    named = "no pending write" if pending is None else f"intent {pending.intent_id}"
+    why = f"the checkpoint ({named}, write {event.checkpoint_sequence}) is ahead of the engine"
+    return decide(
+        state,
+        event,
+        VERDICT_DEFERRED,
+        REASON_AWAITING_INTENT,
+        trail=make_trail((STEP_WHY, why)),
+        final=False,
+    )
 
 
 def expire_parked(state: SessionState, at_ms: int) -> tuple[SessionState, list[Decision]]:
@@ -119,13 +128,19 @@ def expire_parked(state: SessionState, at_ms: int) -> tuple[SessionState, list[D
     session's intents have moved ``PARK_MS`` past the resume without it, it is not coming. A
     runtime may also call it with its intents-topic watermark for sessions nobody writes to.
     """
-    overdue = [p for p in state.parked_resumes if p.resume.event_time_ms + PARK_MS <= at_ms]
+    overdue: dict[str, ResumeEvent] = {}
+    for p in state.parked_resumes:
+        if p.resume.event_time_ms + PARK_MS <= at_ms:
+            # One answer per event id, even for a state that holds two copies (older engines).
+            overdue.setdefault(p.resume.event_id, p.resume)
     if not overdue:
         return state, []
-    new_state = replace(state, parked_resumes=[p for p in state.parked_resumes if p not in overdue])
+    rest = [p for p in state.parked_resumes if p.resume.event_id not in overdue]
+    new_state = replace(state, parked_resumes=rest)
     why = f"its intent did not arrive within {PARK_MS} ms of event time"
     return new_state, [
-        _final_withhold(new_state, p.resume, REASON_INTENT_NEVER_ARRIVED, why) for p in overdue
+        _final_withhold(new_state, resume, REASON_INTENT_NEVER_ARRIVED, why)
+        for resume in overdue.values()
     ]
 
 

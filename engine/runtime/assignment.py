@@ -23,6 +23,8 @@ class Assignment:
         self.tasks: dict[int, PartitionTask] = {}
         self.assigned: set[Key] = set()
         self.next: dict[Key, int] = {}
+        # Offset metadata of every commit: who committed it (fencing.py, step A0).
+        self.metadata: str | None = None
 
     def add(self, partitions: list[TopicPartition]) -> tuple[list[int], list[TopicPartition]]:
         """A1 bookkeeping: the newly complete task partitions, and what stays paused."""
@@ -62,7 +64,10 @@ class Assignment:
 
     def positions(self) -> list[TopicPartition]:
         """Step 4's offsets: the next record to fold of every input partition of a ready task."""
-        return [TopicPartition(t, p, o) for (t, p), o in self.next.items() if p in self.tasks]
+        mine = [(t, p, o) for (t, p), o in self.next.items() if p in self.tasks]
+        if self.metadata is None:
+            return [TopicPartition(t, p, o) for t, p, o in mine]
+        return [TopicPartition(t, p, o, metadata=self.metadata) for t, p, o in mine]
 
     def folded(self) -> int:
         return sum(task.folded for task in self.tasks.values())

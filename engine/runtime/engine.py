@@ -23,6 +23,7 @@ from confluent_kafka import KafkaException
 from engine import compiled
 from engine.runtime.clients import ClientFactory, ConsumerLike
 from engine.runtime.collector import Collector
+from engine.runtime.fencing import owner_metadata
 from engine.runtime.memory import tune_gc
 from engine.runtime.metrics import EngineMetrics
 from engine.runtime.rebalance import Rebalancing
@@ -60,6 +61,7 @@ class Engine(Rebalancing):
         self.backoff = Backoff(initial_s=REJOIN_INITIAL_S, max_s=settings.rejoin_backoff_max_s)
         self.pause = pause or self._pause_unless_stopped
         self.rejoins = 0  # rejoins in this process (the log's counter)
+        self.owned.metadata = owner_metadata(settings)
 
     def tune_gc(self) -> None:
         """How often the process's cycle collector scans new objects (settings.gc_gen0_threshold;

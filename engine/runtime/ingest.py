@@ -65,9 +65,7 @@ class Ingest:
             if len(kinds) == 1:
                 model = self.codec.decode(kinds[0], value or b"")
                 if not isinstance(model, EVENT_TYPES):
-                    raise DecodeError(
-                        DecodeReason.WRONG_RECORD_TYPE, f"{topic} carries no such record"
-                    )
+                    raise self._no_such_record(topic)
                 event: Event = model
             else:
                 event = self._decode(topic, kinds, value or b"")
@@ -123,13 +121,17 @@ class Ingest:
                 raise
             if isinstance(model, EVENT_TYPES):
                 return model
-        raise DecodeError(DecodeReason.WRONG_RECORD_TYPE, f"{topic} carries no such record")
+        raise self._no_such_record(topic)
 
     def _place(self, key: bytes) -> int:
         if len(self._placement) >= PLACEMENT_CACHE:
             self._placement.clear()
         placed = self._placement[key] = partition_for(key, self.partitions)
         return placed
+
+    @staticmethod
+    def _no_such_record(topic: str) -> DecodeError:
+        return DecodeError(DecodeReason.WRONG_RECORD_TYPE, f"{topic} carries no such record")
 
     @staticmethod
     def _not_keyed(event: Event, key: bytes | None) -> DecodeError:

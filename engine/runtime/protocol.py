@@ -6,6 +6,7 @@ from enum import StrEnum
 
 
 class Step(StrEnum):
+    FENCE_PREVIOUS_OWNER = "A0"
     SETTLE_PREVIOUS_OWNER = "A1"
     RESTORE_DELTA = "A2"
     READY = "A3"

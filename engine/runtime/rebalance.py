@@ -17,6 +17,9 @@ from engine.runtime.task import PartitionTask
 from engine.runtime.transaction import STEP_DEADLINE_S, RejoinError, TxnStatus
 
 log = logging.getLogger("reconciler.engine")
+FENCE_S = 5.0
+"""Step A0's bound on each of its calls: the fence only saves time, so it must not cost much
+when the broker is slow (the previous owner's transaction then times out as before)."""
 
 
 class Rebalancing(CommitLoop):
@@ -36,13 +39,21 @@ class Rebalancing(CommitLoop):
         if not complete:
             self.metrics.set_ready(True)
             return
+        self._fence_previous_owners(complete)
         # A1: committed offsets are fetched with require_stable under read_committed, which
         # waits for a previous owner's pending transaction to finish.
         settle_s = min(self.settings.transaction_timeout_ms / 1000 + 5, STEP_DEADLINE_S)
+        asked = time.monotonic()
         with self.watchdog.guard(Step.SETTLE_PREVIOUS_OWNER, self.budget_s + settle_s, complete):
             committed = consumer.committed(self.owned.wanted(complete), timeout=settle_s)
-        self.owned.start_at(committed)
         started = time.monotonic()
+        log.info(
+            "step %s: partitions %s assigned, committed offsets read in %.2fs",
+            Step.SETTLE_PREVIOUS_OWNER,
+            complete,
+            started - asked,
+        )
+        self.owned.start_at(committed)
         # A process can hold every partition: each task gets its share of the memory bounds.
         share = self.settings.partitions
         cache_kib = self.settings.store_cache_mb * 1024 // share
@@ -75,6 +86,24 @@ class Rebalancing(CommitLoop):
         self.metrics.restore_seconds.observe(time.monotonic() - started)
         self.metrics.observe_sessions(self.tasks.values())
         self.metrics.set_ready(True)
+
+    def _fence_previous_owners(self, partitions: list[int]) -> None:
+        """A0 (fencing.py): a dead previous owner's open transaction ends now, not at its
+        timeout. Best effort: whatever it does not end, A1 and read_committed still wait for."""
+        asked = time.monotonic()
+        with self.watchdog.guard(Step.FENCE_PREVIOUS_OWNER, self.budget_s, partitions):
+            report = self.factory.fence(self.settings, self.owned.wanted(partitions), FENCE_S)
+        if report.fenced or report.failed or report.skipped:
+            log.info(
+                "step %s: partitions %s: fenced %s%s%s in %.2fs (lookup %.2fs)",
+                Step.FENCE_PREVIOUS_OWNER,
+                partitions,
+                list(report.fenced),
+                f", not fenced {list(report.failed)}" if report.failed else "",
+                f", {report.skipped}" if report.skipped else "",
+                time.monotonic() - asked,
+                report.lookup_s,
+            )
 
     def _restore_progress(self) -> None:
         self.watchdog.renew()

@@ -1,25 +1,35 @@
 """`reconciler run --processes 2`: two engine children in one consumer group share the
 partitions, and every input is still answered exactly once, also when one child is killed -9
-mid-load (the supervisor restarts it under the same static group member id).
+mid-load (the supervisor restarts it under the same static group member id). Failover: a
+killed instance's partitions answer again within a bound set by the group's timers.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from engine.core.events import Binding, Decision, ResumeEvent
+from engine.runtime.clients import consumer_config
+from engine.runtime.fencing import owner_metadata, transactional_id
 from engine.settings import Settings
+from engine.wire import RecordType
 from tests.integration.engine_harness import (
+    CODEC,
     EngineProcess,
     engine_settings,
     produce,
     read_decisions,
+    session_on,
 )
 from tests.integration.exactly_once import assert_exactly_once, read_inputs, workload
 
@@ -93,3 +103,164 @@ def test_two_processes_share_the_partitions_and_answer_everything_exactly_once(
     for n in (0, 1):  # each child has its own transactional id and state folder
         assert f"'instance_id': '{settings.instance_id}-{n}'" in log
         assert (tmp_path / "state" / f"process-{n}").is_dir()
+
+
+# Failover (engine/runtime/fencing.py, step A0). The dead owner's transaction timeout is set far
+# above the group's session timeout, so a new owner that waited for it would miss the bound.
+FAILOVER = {"session_timeout_ms": 3_000, "transaction_timeout_ms": 30_000}
+
+ZOMBIE = """
+import os, sys
+from confluent_kafka import Consumer, Producer, TopicPartition
+bootstrap, group, txn_id, metadata, decisions, *inputs = sys.argv[1:]
+producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                     "transaction.timeout.ms": int(os.environ["TXN_TIMEOUT_MS"])})
+producer.init_transactions(30)
+group_metadata = Consumer({"bootstrap.servers": bootstrap, "group.id": group}
+                          ).consumer_group_metadata()
+offsets = [TopicPartition(t, int(p), 0, metadata=metadata)
+           for t, p in (i.rsplit(":", 1) for i in inputs)]
+for last in (False, True):
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction(offsets, group_metadata, 30)
+    if not last:
+        producer.commit_transaction(30)
+for p in {o.partition for o in offsets}:  # records that hold back the decisions' LSO
+    producer.produce(decisions, value=b"never committed", partition=p)
+producer.flush(30)
+print("open", flush=True)
+os._exit(0)  # killed inside its transaction: offsets pending, records open
+"""
+
+
+def _probes(settings: Settings, tag: str) -> list[ResumeEvent]:
+    """One resume of a new session on every partition: each gets a final answer at once."""
+    return [
+        ResumeEvent(
+            event_id=sid,
+            session_id=sid,
+            event_time_ms=int(time.time() * 1000),
+            runner_id="r",
+            checkpoint_id="c",
+            binding=Binding(backend_id="sqlite:failover", namespace="failover"),
+        )
+        for sid in (session_on(p, settings.partitions, tag) for p in range(settings.partitions))
+    ]
+
+
+def _wait_answers(bootstrap: str, settings: Settings, ids: set[str], timeout_s: float) -> float:
+    """Monotonic time when every id had a final answer (read_committed), or AssertionError."""
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{time.time_ns()}",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    reader.subscribe([settings.topics.decisions])
+    left = set(ids)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while left and time.monotonic() < deadline:
+            for message in reader.consume(500, timeout=0.1):
+                if message.error() is None:
+                    decision = CODEC.decode(RecordType.DECISION, message.value() or b"")
+                    if isinstance(decision, Decision) and decision.final:
+                        left.discard(decision.in_reply_to)
+        assert not left, f"no final answer within {timeout_s:.0f} s to {sorted(left)}"
+        return time.monotonic()
+    finally:
+        reader.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_dead_owners_open_transaction_is_fenced_not_waited_for(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    """An instance that died inside a transaction (offsets pending, decisions written) left
+    the group. The next owner of its partitions answers before that transaction would have
+    timed out: without step A0 the committed-offset read and every read_committed reader of
+    the decisions wait for the timeout."""
+    settings = engine_settings(kafka_bootstrap, unique_name, tmp_path / "state", **FAILOVER)
+    gone = settings.model_copy(update={"instance_id": "gone"})
+    inputs = [f"{t}:{p}" for t in settings.topics.inputs for p in range(settings.partitions)]
+    opened = time.monotonic()
+    zombie = subprocess.run(
+        [
+            *(sys.executable, "-c", ZOMBIE, kafka_bootstrap, settings.group_id),
+            *(transactional_id(gone), owner_metadata(gone), settings.topics.decisions, *inputs),
+        ],
+        env=os.environ | {"TXN_TIMEOUT_MS": str(settings.transaction_timeout_ms)},
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    assert zombie.stdout.strip() == b"open", zombie.stderr
+    probes = _probes(settings, "after-death")
+    engine = EngineProcess(settings, tmp_path / "engine.log").start()
+    try:
+        produce(kafka_bootstrap, settings, probes)
+        budget_s = settings.transaction_timeout_ms / 1000
+        answered = _wait_answers(kafka_bootstrap, settings, {p.event_id for p in probes}, budget_s)
+    finally:
+        engine.kill_all()
+    log = (tmp_path / "engine.log").read_text()
+    assert f"fenced ['{transactional_id(gone)}']" in log, "step A0 did not fence the dead owner"
+    assert answered - opened < budget_s
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_instances_partitions_answer_again_before_its_transaction_timeout(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Two instances under a steady load; one is killed -9 (supervisor and engine: a pod
+    gone). Decisions on its partitions come back once the coordinator drops it (session
+    timeout) and the survivor is assigned them, not when the killed instance's open
+    transaction times out."""
+    base = engine_settings(kafka_bootstrap, unique_name, tmp_path / "state", **FAILOVER)
+    procs = [
+        EngineProcess(
+            base.model_copy(update={"instance_id": n, "state_dir": tmp_path / n}),
+            tmp_path / f"{n}.log",
+        ).start()
+        for n in ("a", "b")
+    ]
+    stop = threading.Event()
+
+    def load() -> None:  # keeps transactions opening on every partition
+        n = 0
+        while not stop.is_set():
+            produce(kafka_bootstrap, base, _probes(base, f"load-{n}"))
+            n += 1
+            time.sleep(0.02)
+
+    loader = threading.Thread(target=load, daemon=True)
+    try:
+        wait_for_two_busy_members(base)
+        loader.start()
+        _wait_answers(kafka_bootstrap, base, {p.event_id for p in _probes(base, "load-5")}, 60)
+        killed = time.monotonic()
+        procs[0].kill_all()
+        probes = _probes(base, "after-kill")
+        produce(kafka_bootstrap, base, probes)
+        ids = {p.event_id for p in probes}
+        answered = _wait_answers(kafka_bootstrap, base, ids, base.transaction_timeout_ms / 1000)
+    finally:
+        stop.set()
+        if loader.is_alive():
+            loader.join(timeout=60)
+        for proc in procs:
+            if proc.alive():
+                proc.kill_all()
+    elapsed = answered - killed
+    heartbeat_s = consumer_config(base)["heartbeat.interval.ms"] / 1000
+    print(
+        f"failover: decisions on every partition {elapsed:.1f} s after the kill (session "
+        f"timeout {base.session_timeout_ms / 1000:.0f} s, heartbeat {heartbeat_s:.1f} s)"
+    )
+    # The coordinator drops the killed member after the session timeout and the survivor
+    # hears of it at its next heartbeat; a killed instance's open transaction (about half the
+    # time under this load) would add the transaction timeout, ten times the session timeout.
+    assert elapsed < base.transaction_timeout_ms / 1000

@@ -52,6 +52,10 @@ def test_a_build_that_exists_is_what_runs() -> None:
     assert compiled.mode() == ("compiled" if built else "pure")
 
 
+def test_the_one_line_an_operator_reads_names_what_runs() -> None:
+    assert compiled.describe().startswith(f"{compiled.mode()}: ")
+
+
 def test_the_reference_is_the_sources() -> None:
     assert Path(PURE.__file__ or "").suffix == ".py"
     pure_modules = [m for m in vars(PURE).values() if isinstance(m, ModuleType)]

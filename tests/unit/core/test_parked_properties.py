@@ -7,18 +7,19 @@ the partition watermark moves `PARK_MS` past the last input (what the runtime do
 session nobody writes to any more: `watermark.expire`).
 
 The count is per event id, as a runner sees it: it waits for `in_reply_to` = its request id and
-`final = true`, and de-duplicates by `decision_id` (SPEC.md §6), so every copy of one input has
-the same `<event id>/final`. A copy re-sent after the de-duplication window while the first
-still waits is parked beside it; the fold then answers the event id once when what it waits
-for arrives (`parked.drain` takes every copy of it: judging both would give the second copy
-CHECKPOINT_ALREADY_RESUMED under the grant's own decision id), or once per copy when the
-watermark answers them as they stand. Both leave the runner one final answer, so the property
-is: an event id that waited gets at least one final answer, and no more than it has waiting
-copies; one that never waited gets none.
+`final = true`, and de-duplicates by `decision_id` (SPEC.md §6). The invariant (SPEC.md §6
+"Parked inputs", engine/core/README.md): an event id that waited gets exactly one final answer,
+whatever the number of copies; a copy folded while a copy of it waits is answered like the
+first (same decision id, same waiting answer), changes no state and so takes no place in
+`PARKED_LIMIT` / `PARKED_WRITES_LIMIT`. The one case the fold cannot see (its memory of event
+ids is the 8-entry de-duplication window): a copy re-sent after its final answer *and* out of
+the window is a new input; if it waits, that is a second wait, with its own final answer. The
+property counts waits per event id and checks that such a second wait starts only then.
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
@@ -34,12 +35,15 @@ from engine.core.events import (
     Verdict,
 )
 from engine.core.fold import fold, replay
-from engine.core.state import PARK_MS, SessionState
+from engine.core.state import PARK_MS, PARKED_LIMIT, SessionState
 from engine.core.watermark import expire, park_deadline
 from tests.unit.core.builders import ack, intent, msg, repair, resume
 from tests.unit.core.test_properties import worlds
 
-WAITING = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+EXAMPLES = int(os.environ.get("PARKED_EXAMPLES", "400"))
+WAITING = settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 WAITS = {Reason.PARKED, Reason.AWAITING_INTENT}
 
 
@@ -76,26 +80,55 @@ def waiting_worlds(draw: st.DrawFn) -> list[Event]:
     return events
 
 
+def _waiting_ids(state: SessionState | None) -> list[str]:
+    if state is None:
+        return []
+    return [
+        *(p.resume.event_id for p in state.parked_resumes),
+        *(a.event_id for a in state.parked_acks),
+        *(i.event_id for i in state.parked_intents),
+    ]
+
+
 def _fold_then_expire(
     events: list[Event],
 ) -> tuple[SessionState, list[Decision], Counter[str]]:
     """The state and decisions after the log and the watermark's sweep, and per event id how
-    many of its copies were answered "wait" (parked or deferred) when folded. A copy re-sent
-    after the de-duplication window (`RECENT_EVENT_IDS`) is folded as a new input and waits
-    again; one inside it is only re-answered (a parked resume's copy: DEFERRED again)."""
+    many times it started to wait: a copy answered "wait" (parked or deferred) while no copy
+    of it waited. Checked on every step: a copy of a waiting input is answered like the first
+    and changes no state; no event id waits twice at once; PARKED_OVERFLOW only when
+    `PARKED_LIMIT` other resumes waited; a second wait only for a copy re-sent after its
+    final answer and out of the de-duplication window."""
     state: SessionState | None = None
     decisions: list[Decision] = []
-    waited: Counter[str] = Counter()
+    waits: Counter[str] = Counter()
+    answered: set[str] = set()
     for position, event in enumerate(events):
-        duplicate = state is not None and event.event_id in state.recent_event_ids
+        waiting = _waiting_ids(state)
         result = fold(state, event, position)
         answer = next(d for d in result.decisions if d.decision_id == event.event_id)
-        waited[event.event_id] += not duplicate and answer.reason in WAITS
+        if event.event_id in waiting:
+            assert result.state == state
+            assert [answer] == list(result.decisions)
+            assert answer.reason in WAITS
+        elif answer.reason in WAITS:
+            if event.event_id in answered:
+                assert state is not None
+                assert event.event_id not in state.recent_event_ids
+            waits[event.event_id] += 1
+        if any(d.reason is Reason.PARKED_OVERFLOW for d in result.decisions):
+            assert state is not None
+            resumes = {p.resume.event_id for p in state.parked_resumes}
+            assert len(resumes) == PARKED_LIMIT
+            assert event.event_id not in resumes
+        now = _waiting_ids(result.state)
+        assert len(now) == len(set(now))
+        answered |= {d.in_reply_to for d in result.decisions if d.decision_id.endswith("/final")}
         state, decisions = result.state, [*decisions, *result.decisions]
     assert state is not None
     end = max(e.event_time_ms for e in events) + PARK_MS
     state, expired = expire(state, end)
-    return state, [*decisions, *expired], waited
+    return state, [*decisions, *expired], waits
 
 
 @WAITING
@@ -103,10 +136,10 @@ def _fold_then_expire(
 def test_every_input_has_one_final_answer_once_event_time_passes_the_bound(
     events: list[Event],
 ) -> None:
-    state, decisions, waited = _fold_then_expire(events)
+    state, decisions, waits = _fold_then_expire(events)
     finals = Counter(d.in_reply_to for d in decisions if d.decision_id.endswith("/final"))
     for event_id in {e.event_id for e in events}:
-        assert min(waited[event_id], 1) <= finals[event_id] <= waited[event_id], event_id
+        assert finals[event_id] == waits[event_id], event_id
     assert all(d.verdict is not Verdict.DEFERRED for d in decisions if "/final" in d.decision_id)
     # Nothing is left waiting (a copy of the open intent's REGISTER re-sent after the
     # de-duplication window waits as a re-arm for its failure: the watermark answers it too).
@@ -135,10 +168,10 @@ def test_replay_with_waiting_inputs_is_deterministic(
 
 def test_a_resume_redelivered_while_it_waits_gets_one_final_answer() -> None:
     """The log Hypothesis found (CI, 2026-12): `r-0` is DEFERRED, eight inputs push it out of
-    the de-duplication window, and its copy is DEFERRED again and parked beside it. When the
-    watermark answers the acks as they stand, `a-2` (a commit of `i2` with no count) turns the
-    session AMBIGUOUS, progress reaches the checkpoint, and `drain` answers `r-0` once for both
-    copies: a runner waiting for `r-0` sees exactly one final answer, and nothing is left."""
+    the de-duplication window, and its copy comes while it still waits: DEFERRED again, not
+    parked beside it. When the watermark answers the acks as they stand, `a-2` (a commit of
+    `i2` with no count) turns the session AMBIGUOUS, progress reaches the checkpoint, and
+    `drain` answers `r-0` once: a runner waiting for `r-0` sees one final answer."""
     batch = [msg("a")]
     events: list[Event] = [
         resume("r-0", None, [], runner="r1", seq=2, t=3_000),
@@ -152,10 +185,10 @@ def test_a_resume_redelivered_while_it_waits_gets_one_final_answer() -> None:
         intent("i-2", batch, batch, intent_id="i2", seq=2, t=2_000),
         resume("r-0", None, [], runner="r1", seq=2, t=3_000),
     ]
-    state, decisions, waited = _fold_then_expire(events)
+    state, decisions, waits = _fold_then_expire(events)
     first = [d for d in decisions if d.decision_id == "r-0"]
     assert [(d.verdict, d.final) for d in first] == [(Verdict.DEFERRED, False)] * 2
-    assert waited["r-0"] == 2
+    assert waits["r-0"] == 1
     finals = [d for d in decisions if d.decision_id == "r-0/final"]
     assert [(d.verdict, d.reason, d.final) for d in finals] == [
         (Verdict.WITHHELD, Reason.SESSION_AMBIGUOUS, True)

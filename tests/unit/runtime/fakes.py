@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from engine.runtime.clients import DEAD_LETTER_MAX_BYTES, ConsumerLike, ProducerLike
+from engine.runtime.fencing import FenceReport
 from engine.runtime.restore import RestoreReport, _store_write
 from engine.runtime.store import NO_OFFSET, LocalStore
 from engine.settings import Settings
@@ -287,6 +288,11 @@ class FakeClients:
 
     def consumer(self, settings: Settings) -> ConsumerLike:
         return FakeConsumer(self.broker, lambda: self.on_idle(), self.batch)
+
+    def fence(
+        self, settings: Settings, partitions: list[TopicPartition], timeout_s: float
+    ) -> FenceReport:
+        return FenceReport(())  # the fake broker has no transaction timeout to cut short
 
     def restore(
         self, settings: Settings, stores: Mapping[int, LocalStore], progress: Callable[[], None]
