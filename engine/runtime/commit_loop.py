@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from engine import oplog
 from engine.core.events import Decision, Event, RepairEvent
@@ -424,7 +424,7 @@ class CommitLoop(EngineState):
             return
         try:
             self._finish_commit(txn)
-        except RejoinError as exc:
+        except (RejoinError, KafkaException) as exc:  # KafkaException: the abort's rewind
             log.error("the commit in flight failed in a rebalance, rejoining: %s", exc)
             self._rejoin_requested = True
 
