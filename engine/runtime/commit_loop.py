@@ -380,8 +380,11 @@ class CommitLoop(EngineState):
         consume() finishes the commit first (`_settle_commit`)."""
         started = time.monotonic()
         folded = 0
+        # The next transaction's size bound also bounds what is held in memory meanwhile (a
+        # commit retried toward its 40 s deadline must not let the loop read on unbounded).
+        room = self.settings.commit_max_events
         try:
-            while not txn.commit_done():
+            while not txn.commit_done() and folded < room:
                 batch = self.order.ready(time.monotonic(), drained, FOLD_AHEAD_CHUNK)
                 if not batch:
                     with self.watchdog.guard("poll", self.budget_s, self.tasks):
