@@ -95,6 +95,10 @@ def build() -> None:
     from setuptools import setup
 
     clean()
+    # Hashed before mypyc reads the sources: an edit saved during the build then leaves the
+    # manifest naming the older source, and the import policy calls the extension stale.
+    write_avro_module()
+    manifest = manifest_text()
     modules = extensions(BUILD_DIR)
     # setup() reads pyproject.toml from the current folder and warns about the project's own
     # metadata; this call builds extensions only.
@@ -107,7 +111,7 @@ def build() -> None:
             *("--build-temp", str(BUILD_DIR / "temp"), "--build-lib", str(BUILD_DIR / "lib")),
         ],
     )
-    MANIFEST.write_text(manifest_text())
+    MANIFEST.write_text(manifest)
 
 
 def main() -> None:
