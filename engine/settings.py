@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine.errors import ConfigError
 from engine.wire.topics import DEFAULT_PREFIX, TopicNames
@@ -25,6 +25,11 @@ KAFKA_ENV_PREFIX = "RECONCILER_KAFKA__"
 # librdkafka settings whose values are secrets: passwords, keys, tokens, sasl.jaas.config,
 # sasl.oauthbearer.config (it carries client secrets).
 _SECRET_MARKERS = ("password", "secret", "token", "key", "config", "jaas", "credential")
+# How much longer than the commit interval the broker must let a transaction stay open: steps
+# 3-5 take tens of ms, but seconds when they retry across a broker restart or leader change, and
+# a backlog fills the interval to the last ms. Less, and a busy transaction is aborted by the
+# broker, the producer fenced and the engine rejoins in a loop.
+TXN_TIMEOUT_MARGIN_MS = 5_000
 
 
 class Settings(BaseModel):
@@ -46,9 +51,10 @@ class Settings(BaseModel):
     commit_overlap: bool = True
     # The broker aborts a transaction open this long. One is legitimately open for the commit
     # interval plus steps 3-5 (tens of ms; seconds across a broker restart), so 10 s leaves
-    # room; it must stay above commit_interval_ms. A killed instance's transaction is ended at
-    # once by its partitions' next owner (step A0, engine/runtime/fencing.py); when it cannot
-    # be (README "Failover"), decisions on those partitions wait this long plus the broker's
+    # room; it must exceed commit_interval_ms by TXN_TIMEOUT_MARGIN_MS (checked below). A killed
+    # instance's transaction is ended at once by its partitions' next owner (step A0,
+    # engine/runtime/fencing.py); when it cannot be (README "Failover"), decisions on those
+    # partitions wait this long plus the broker's
     # transaction.abort.timed.out.transaction.cleanup.interval.ms (10 s by Kafka's default).
     transaction_timeout_ms: int = Field(default=10_000, ge=1_000)
     session_timeout_ms: int = Field(default=10_000, ge=1_000, le=300_000)
@@ -102,6 +108,18 @@ class Settings(BaseModel):
     # (engine/runtime/trace.py), appended at commit; `tools/bench_latency.py --trace` reads it.
     latency_trace_path: Path | None = None
     kafka: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _transaction_outlives_the_commit_interval(self) -> Settings:
+        least = self.commit_interval_ms + TXN_TIMEOUT_MARGIN_MS
+        if self.transaction_timeout_ms < least:
+            raise ValueError(
+                f"transaction_timeout_ms ({self.transaction_timeout_ms}) must be at least"
+                f" commit_interval_ms ({self.commit_interval_ms}) + {TXN_TIMEOUT_MARGIN_MS}"
+                " for steps 3-5 to finish before the broker aborts the transaction: set"
+                f" transaction_timeout_ms to {least} or more, or lower commit_interval_ms"
+            )
+        return self
 
     @property
     def topics(self) -> TopicNames:

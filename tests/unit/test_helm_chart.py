@@ -153,6 +153,7 @@ def test_sasl_credentials_come_from_the_named_secret(all_on: list[Manifest]) -> 
         (["--set", "replicaCount=7", "--set", "partitions=6"], "replicaCount (7) > partitions"),
         (["--set", "metricsPort=0"], "metricsPort is 0"),
         (["--set", "terminationGracePeriodSeconds=10"], "must exceed transactionTimeoutMs"),
+        (["--set", "commitIntervalMs=6000"], "must be at least commitIntervalMs (6000) + 5000"),
         (["--set", "kafka.sasl\\.password=x"], "looks secret"),
         (["--set", "sasl.enabled=true"], "sasl.existingSecret is empty"),
         (

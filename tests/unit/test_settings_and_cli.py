@@ -51,6 +51,15 @@ def test_invalid_values_name_the_field() -> None:
         load_settings(None, {"RECONCILER_TOPIC_PREFIX": "bad prefix!"})
 
 
+def test_a_transaction_timeout_too_close_to_the_commit_interval_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"set transaction_timeout_ms to 65000 or more"):
+        load_settings(None, {}, commit_interval_ms=60_000)
+    with pytest.raises(ConfigError, match=r"commit_interval_ms \(5001\) \+ 5000"):
+        load_settings(None, {}, commit_interval_ms=5_001, transaction_timeout_ms=10_000)
+    settings = load_settings(None, {}, commit_interval_ms=5_000, transaction_timeout_ms=10_000)
+    assert settings.transaction_timeout_ms - settings.commit_interval_ms == 5_000
+
+
 def test_unknown_setting_in_file_is_refused(tmp_path: Path) -> None:
     config = tmp_path / "engine.toml"
     config.write_text("partitoins = 3\n")

@@ -57,6 +57,9 @@ Refuse values the engine cannot work with, with the fix in the message.
 {{- if le (mul (int .Values.terminationGracePeriodSeconds) 1000) (int .Values.transactionTimeoutMs) }}
 {{- fail "terminationGracePeriodSeconds must exceed transactionTimeoutMs so the SIGTERM drain can commit. Raise the grace period or lower the timeout." }}
 {{- end }}
+{{- if lt (int .Values.transactionTimeoutMs) (add (int .Values.commitIntervalMs) 5000) }}
+{{- fail (printf "transactionTimeoutMs (%d) must be at least commitIntervalMs (%d) + 5000 so a commit ends before the broker aborts its transaction. Raise transactionTimeoutMs (and terminationGracePeriodSeconds with it) or lower commitIntervalMs." (int .Values.transactionTimeoutMs) (int .Values.commitIntervalMs)) }}
+{{- end }}
 {{- range $key, $value := .Values.kafka }}
 {{- if or (contains "password" (lower $key)) (contains "secret" (lower $key)) }}
 {{- fail (printf "kafka.%s looks secret: put it in an existing Secret and map it under kafkaSecret.keys instead of values." $key) }}

@@ -123,6 +123,7 @@ def test_the_engine_folds_a_backlog_in_event_time_order(tmp_path: Path) -> None:
         state_dir=tmp_path / "state",
         metrics_port=0,
         commit_interval_ms=60_000,
+        transaction_timeout_ms=65_000,  # the interval + TXN_TIMEOUT_MARGIN_MS
         order_wait_ms=10_000,  # the fake reports every partition's end: no wait runs out
     )
     broker = FakeBroker(2, Faults())
@@ -257,6 +258,7 @@ def test_a_partition_paused_for_order_is_not_left_paused_by_a_rebalance(tmp_path
         state_dir=tmp_path / "state",
         metrics_port=0,
         commit_interval_ms=60_000,
+        transaction_timeout_ms=65_000,  # the interval + TXN_TIMEOUT_MARGIN_MS
         order_wait_ms=10_000,
         order_max_buffered=4,  # an input that is ahead is paused almost at once
     )

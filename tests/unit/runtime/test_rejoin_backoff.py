@@ -28,6 +28,7 @@ def _settings(tmp_path: Path) -> Settings:
         metrics_port=0,
         commit_max_events=5,
         commit_interval_ms=60_000,
+        transaction_timeout_ms=65_000,  # the interval + TXN_TIMEOUT_MARGIN_MS
         rejoin_backoff_max_s=4.0,
     )
 
