@@ -318,22 +318,23 @@ class CommitLoop(EngineState):
 
     def _dead_letter(self, txn: Transaction, message: Message, rejected: Rejected) -> None:
         """A dead letter is bounded (an excerpt), and a producer error on it is never fatal:
-        it is logged and counted, and the partition goes on."""
+        it is logged and counted, and the partition goes on. Counted once produced, which a
+        commit in flight defers to `produce_held`: only then is a refusal known."""
         key = message.key()
-        delivered = txn.produce(
+        source = f"{message.topic()}/{message.partition()}/{message.offset()}"
+
+        def count(delivered: bool) -> None:
+            outcome = rejected.reason if delivered else DEAD_LETTER_REFUSED
+            self.metrics.dead_letters.labels(reason=outcome).inc()
+            oplog.emit("dead_letter", session=_session_of(key), reason=outcome, source=source)
+
+        txn.produce(
             self.topics.dead_letters,
             None if key is None else key[:EXCERPT_BYTES],
             rejected.payload,
             Step.FOLD,
             optional=True,
-        )
-        outcome = rejected.reason if delivered else DEAD_LETTER_REFUSED
-        self.metrics.dead_letters.labels(reason=outcome).inc()
-        oplog.emit(
-            "dead_letter",
-            session=_session_of(key),
-            reason=outcome,
-            source=f"{message.topic()}/{message.partition()}/{message.offset()}",
+            outcome=count,
         )
 
     def _commit(self, txn: Transaction, tasks: list[PartitionTask] | None = None) -> None:

@@ -24,6 +24,9 @@ from engine.runtime.watchdog import Watchdog
 log = logging.getLogger("reconciler.engine")
 
 T = TypeVar("T")
+# A record produced while an overlapped commit is in flight: topic, key, value, step, optional,
+# the caller's outcome callback, the producer's extra arguments.
+_Held = tuple[str, bytes | None, bytes, str, bool, Callable[[bool], None] | None, dict[str, Any]]
 
 CALL_TIMEOUT_S = 10.0
 """The timeout given to one librdkafka call; a retry gets what is left of the step's deadline."""
@@ -87,7 +90,7 @@ class Transaction:
         # and the records produced meanwhile, held until the next transaction begins.
         self._worker: threading.Thread | None = None
         self._failure: BaseException | None = None
-        self._held: list[tuple[str, bytes | None, bytes, str, bool, dict[str, Any]]] | None = None
+        self._held: list[_Held] | None = None
 
     @property
     def open(self) -> bool:
@@ -150,16 +153,33 @@ class Transaction:
         step: str,
         *,
         optional: bool = False,
+        outcome: Callable[[bool], None] | None = None,
         **extra: Any,
     ) -> bool:
         """Queue one record in the open transaction; a full queue waits for deliveries.
         produce() itself never blocks: the caller guards a whole batch of them. An
         `optional` record (a dead letter) refused for itself, neither fatal nor abortable
         (e.g. too large), is logged and skipped: returns False. While an overlapped commit is
-        in flight the record is held (one producer, one transaction) and True returned."""
+        in flight the record is held (one producer, one transaction) and True returned; so
+        `outcome`, if given, is told the real result when the record is produced (at once,
+        or from `produce_held`), and never if a held record is dropped."""
         if self._held is not None:
-            self._held.append((topic, key, value, step, optional, extra))
+            self._held.append((topic, key, value, step, optional, outcome, extra))
             return True
+        delivered = self._produce(topic, key, value, step, optional, extra)
+        if outcome is not None:
+            outcome(delivered)
+        return delivered
+
+    def _produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        step: str,
+        optional: bool,
+        extra: dict[str, Any],
+    ) -> bool:
         while True:
             try:
                 self.producer.produce(topic, key=key, value=value, **extra)
@@ -249,8 +269,8 @@ class Transaction:
         if not held:
             return 0
         self.begin()
-        for topic, key, value, step, optional, extra in held:
-            self.produce(topic, key, value, step, optional=optional, **extra)
+        for topic, key, value, step, optional, outcome, extra in held:
+            self.produce(topic, key, value, step, optional=optional, outcome=outcome, **extra)
         return len(held)
 
     def abandon_commit(self) -> None:
