@@ -11,8 +11,8 @@ Every transaction's offsets carry the committing producer's `transactional.id` a
 metadata (`owner_metadata`). A new owner reads it (last stable commit, no waiting), asks the
 coordinator who is in the group now, and for each previous owner that is not a member calls
 `init_transactions` under that id: the coordinator aborts its open transaction and fences it,
-exactly what the dead instance's own restart would do. Why this is safe under every
-interleaving: COMMIT_PROTOCOL.md, "A0: fencing a previous owner".
+exactly what the dead instance's own restart would do. Why this is safe: COMMIT_PROTOCOL.md,
+"A0 under every interleaving".
 """
 
 from __future__ import annotations
