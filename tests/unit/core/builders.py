@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from engine.core.digest import item_facts
@@ -10,6 +11,8 @@ from engine.core.events import (
     AckOutcome,
     AckSource,
     Binding,
+    Decision,
+    Event,
     IntentEvent,
     IntentKind,
     ItemFacts,
@@ -18,6 +21,8 @@ from engine.core.events import (
     RepairResolution,
     ResumeEvent,
 )
+from engine.core.fold import fold
+from engine.core.state import SessionState
 
 SID = "s1"
 BINDING = Binding(backend_id="mem", namespace="tests")
@@ -152,3 +157,15 @@ def repair(
         reason="checked the store",
         intent_id=intent_id,
     )
+
+
+def fold_all(events: Sequence[Event]) -> tuple[SessionState, list[Decision]]:
+    """Fold the events of one session in order (each at its list position); the last state and
+    every decision."""
+    state: SessionState | None = None
+    decisions: list[Decision] = []
+    for position, event in enumerate(events):
+        result = fold(state, event, position)
+        state, decisions = result.state, [*decisions, *result.decisions]
+    assert state is not None
+    return state, decisions

@@ -11,8 +11,6 @@ session AMBIGUOUS with an alert.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 
 from engine.core.events import (
@@ -28,19 +26,9 @@ from engine.core.events import (
 from engine.core.fold import fold, replay
 from engine.core.state import PARK_MS, PARKED_WRITES_LIMIT, Health, SessionState
 from engine.core.watermark import expire, park_deadline
-from tests.unit.core.builders import ack, intent, msg, record, repair, resume
+from tests.unit.core.builders import ack, fold_all, intent, msg, record, repair, resume
 
 A, B, C = msg("a"), msg("b"), msg("c")
-
-
-def _fold(events: Sequence[Event]) -> tuple[SessionState, list[Decision]]:
-    state: SessionState | None = None
-    decisions: list[Decision] = []
-    for position, event in enumerate(events):
-        result = fold(state, event, position)
-        state, decisions = result.state, [*decisions, *result.decisions]
-    assert state is not None
-    return state, decisions
 
 
 def _by_id(decisions: list[Decision]) -> dict[str, Decision]:
@@ -52,7 +40,7 @@ def test_the_oldest_of_33_parked_acks_gets_a_final_answer() -> None:
         ack(f"a{n}", AckOutcome.COMMITTED, intent_id=f"x{n}", t=1_000 + n)
         for n in range(PARKED_WRITES_LIMIT + 1)
     ]
-    state, decisions = _fold(acks)
+    state, decisions = fold_all(acks)
     answers = _by_id(decisions)
     assert all(answers[f"a{n}"].reason is Reason.PARKED for n in range(len(acks)))
     evicted = answers["a0/final"]
@@ -67,7 +55,7 @@ def test_an_evicted_commit_under_a_fence_never_granted_makes_the_session_ambiguo
         ack(f"a{n}", AckOutcome.COMMITTED, intent_id=f"x{n}", fence=7, t=1_000 + n)
         for n in range(PARKED_WRITES_LIMIT + 1)
     ]
-    state, decisions = _fold(acks)
+    state, decisions = fold_all(acks)
     evicted = _by_id(decisions)["a0/final"]
     assert (evicted.verdict, evicted.reason, evicted.alert) == (
         Verdict.REJECTED,
@@ -84,9 +72,9 @@ def test_an_ack_whose_intent_never_comes_is_answered_once_intents_move_past_the_
     ghost = ack("g", outcome, intent_id="ghost", t=1_000)
     early = intent("i-early", [A], [], t=1_000 + PARK_MS - 1)
     late = intent("i-late", [B], [A], intent_id="i2", seq=2, t=1_000 + PARK_MS)
-    state, decisions = _fold([ghost, early])
+    state, decisions = fold_all([ghost, early])
     assert "g/final" not in _by_id(decisions)  # still within the bound
-    state, decisions = _fold([ghost, early, late])
+    state, decisions = fold_all([ghost, early, late])
     final = _by_id(decisions)["g/final"]
     assert (final.verdict, final.reason, final.alert) == (
         Verdict.RECORDED,
@@ -107,7 +95,7 @@ def test_an_ack_of_a_write_superseded_twice_leaves_the_session_clear() -> None:
         intent("i3", [C], [A, B], intent_id="w3", seq=3, t=1_050),
         ack("a1", AckOutcome.COMMITTED, intent_id="w1", t=1_020),
     ]
-    state, _ = _fold(events)
+    state, _ = fold_all(events)
     state, decisions = expire(state, 1_020 + PARK_MS)  # no intent of the session follows
     final = _by_id(decisions)["a1/final"]
     assert (final.verdict, final.reason) == (Verdict.RECORDED, Reason.UNKNOWN_INTENT)
@@ -118,11 +106,11 @@ def test_an_ack_under_a_fence_never_granted_waits_on_resumes_not_on_intents() ->
     first = intent("i", [A], [], t=500)
     fenced = ack("f", AckOutcome.COMMITTED, fence=7, t=1_000)
     later_intent = intent("i-2", [B], [A], intent_id="i2", seq=2, t=1_000 + PARK_MS)
-    state, decisions = _fold([first, fenced, later_intent])
+    state, decisions = fold_all([first, fenced, later_intent])
     # The grant of fence 7 would come on the resumes topic: intents say nothing of it.
     assert "f/final" not in _by_id(decisions)
     later_resume = resume("r", None, [A], runner="r9", seq=9, t=1_000 + PARK_MS)
-    state, decisions = _fold([first, fenced, later_intent, later_resume])
+    state, decisions = fold_all([first, fenced, later_intent, later_resume])
     final = _by_id(decisions)["f/final"]
     assert (final.verdict, final.reason, final.alert) == (
         Verdict.REJECTED,
@@ -134,10 +122,10 @@ def test_an_ack_under_a_fence_never_granted_waits_on_resumes_not_on_intents() ->
 
 def test_an_intent_under_a_fence_never_granted_is_answered_after_the_bound() -> None:
     fenced = intent("i", [A], [], fence=7, t=1_000)
-    state, decisions = _fold([fenced])
+    state, decisions = fold_all([fenced])
     assert _by_id(decisions)["i"].reason is Reason.PARKED
     assert park_deadline(state) == 1_000 + PARK_MS
-    state, decisions = _fold([fenced, resume("r", None, [], seq=0, t=1_000 + PARK_MS)])
+    state, decisions = fold_all([fenced, resume("r", None, [], seq=0, t=1_000 + PARK_MS)])
     final = _by_id(decisions)["i/final"]
     assert (final.verdict, final.reason) == (Verdict.REJECTED, Reason.UNKNOWN_FENCE)
     assert state.parked_intents == []
@@ -148,7 +136,7 @@ def test_the_watermark_answers_waiting_acks_and_fenced_intents_of_a_quiet_sessio
         ack("g", AckOutcome.UNKNOWN, intent_id="ghost", t=1_000),
         intent("i", [A], [], fence=7, t=2_000),
     ]
-    state, _ = _fold(events)
+    state, _ = fold_all(events)
     assert park_deadline(state) == 1_000 + PARK_MS
     assert expire(state, 1_000 + PARK_MS - 1) == (state, [])
     state, answers = expire(state, 1_000 + PARK_MS)
@@ -162,7 +150,7 @@ def test_the_watermark_answers_waiting_acks_and_fenced_intents_of_a_quiet_sessio
 def test_a_commit_of_a_held_batch_whose_release_never_comes_is_a_gate_violation() -> None:
     held = intent("h", [A], None, kind=IntentKind.HELD, t=1_000)
     commit = ack("c", AckOutcome.COMMITTED, source=AckSource.STORE, t=2_000)
-    state, decisions = _fold([held, commit])
+    state, decisions = fold_all([held, commit])
     assert _by_id(decisions)["c"].reason is Reason.PARKED
     state, answers = expire(state, 2_000 + PARK_MS)
     assert [(x.decision_id, x.reason, x.alert) for x in answers] == [
@@ -173,7 +161,7 @@ def test_a_commit_of_a_held_batch_whose_release_never_comes_is_a_gate_violation(
 
 def test_an_ack_that_was_given_up_is_not_evidence_when_its_intent_comes_late() -> None:
     ghost = ack("g", AckOutcome.COMMITTED, intent_id="i1", t=1_000)
-    state, _ = _fold([ghost])
+    state, _ = fold_all([ghost])
     state, _ = expire(state, 1_000 + PARK_MS)
     assert state.parked_acks == []
     late = fold(state, intent("i", [A], [], t=500), position=9)
@@ -193,7 +181,7 @@ def test_parked_answers_replay_identically_and_from_a_snapshot() -> None:
     ]
     full = replay(events)
     assert full == replay(events)
-    state, head = _fold(events[:20])
+    state, head = fold_all(events[:20])
     state = SessionState.from_record(state.to_record())
     tail: list[Decision] = []
     for position, event in enumerate(events[20:], start=20):
@@ -205,7 +193,7 @@ def test_parked_answers_replay_identically_and_from_a_snapshot() -> None:
 def test_a_re_arm_whose_failure_never_comes_is_answered_by_the_watermark() -> None:
     registered = intent("i1", [A], [], t=1_000)
     rearm = intent("i1-again", [A], [], t=2_000)  # same intent, holder and fence: a retry
-    state, decisions = _fold([registered, rearm])
+    state, decisions = fold_all([registered, rearm])
     assert _by_id(decisions)["i1-again"].reason is Reason.PARKED
     assert park_deadline(state) == 2_000 + PARK_MS
     state, answers = expire(state, 2_000 + PARK_MS)
@@ -220,9 +208,9 @@ def test_a_resume_does_not_time_an_ack_that_waits_for_its_intent() -> None:
     # when i1 arrives (an intent, or the watermark, times this ack; SPEC.md §6 "Parked inputs").
     early_ack = ack("a1", AckOutcome.COMMITTED, t=2_000)
     ahead = resume("r", record([A], []), [A], runner="r1", seq=1, t=2_000 + PARK_MS + 1)
-    state, decisions = _fold([early_ack, ahead])
+    state, decisions = fold_all([early_ack, ahead])
     assert "a1/final" not in _by_id(decisions)
-    state, decisions = _fold([early_ack, ahead, intent("i", [A], [], t=1_500)])
+    state, decisions = fold_all([early_ack, ahead, intent("i", [A], [], t=1_500)])
     final = _by_id(decisions)["a1/final"]
     assert (final.verdict, final.reason) == (Verdict.RECORDED, Reason.ACCEPTED)
     assert state.slot is not None
@@ -235,7 +223,7 @@ def test_a_parked_resume_that_becomes_ready_does_not_time_an_ack_that_waits_for_
 ):
     waiting = ack("a2", AckOutcome.COMMITTED, intent_id="i2", t=2_000)
     ahead = resume("r", record([A], []), [A], runner="r1", seq=1, t=2_000 + PARK_MS + 1)
-    state, decisions = _fold([waiting, ahead, intent("i", [A], [], t=1_500)])
+    state, decisions = fold_all([waiting, ahead, intent("i", [A], [], t=1_500)])
     assert _by_id(decisions)["r/final"].verdict is Verdict.CONTINUE
     assert "a2/final" not in _by_id(decisions)
     assert [a.event_id for a in state.parked_acks] == ["a2"]
@@ -250,9 +238,9 @@ def test_a_repair_does_not_time_a_re_arm_that_waits_for_its_failure() -> None:
     rearm = intent("i1-again", [A], [], t=2_000)
     unrelated = repair("p", RepairResolution.ABANDON, intent_id="other", t=2_000 + PARK_MS)
     failed = ack("n", AckOutcome.NOT_WRITTEN, t=1_500)
-    state, decisions = _fold([registered, rearm, unrelated])
+    state, decisions = fold_all([registered, rearm, unrelated])
     assert "i1-again/final" not in _by_id(decisions)
-    state, decisions = _fold([registered, rearm, unrelated, failed])
+    state, decisions = fold_all([registered, rearm, unrelated, failed])
     final = _by_id(decisions)["i1-again/final"]
     assert (final.verdict, final.reason) == (Verdict.RECORDED, Reason.ACCEPTED)
     assert state.parked_intents == []

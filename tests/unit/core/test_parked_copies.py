@@ -19,25 +19,15 @@ from engine.core.events import AckOutcome, Decision, Event, Reason, ResumeEvent,
 from engine.core.fold import fold
 from engine.core.state import PARKED_LIMIT, RECENT_EVENT_IDS, ParkedResume, SessionState
 from engine.core.watermark import expire
-from tests.unit.core.builders import ack, intent, msg, record, resume
+from tests.unit.core.builders import ack, fold_all, intent, msg, record, resume
 
 A = msg("a")
 LATE = 1_000_000
 """A watermark far past every input's deadline."""
 
 
-def _fold(events: Sequence[Event]) -> tuple[SessionState, list[Decision]]:
-    state: SessionState | None = None
-    decisions: list[Decision] = []
-    for position, event in enumerate(events):
-        result = fold(state, event, position)
-        state, decisions = result.state, [*decisions, *result.decisions]
-    assert state is not None
-    return state, decisions
-
-
 def _fold_then_expire(events: Sequence[Event]) -> tuple[SessionState, list[Decision]]:
-    state, decisions = _fold(events)
+    state, decisions = fold_all(events)
     state, expired = expire(state, LATE)
     return state, [*decisions, *expired]
 
@@ -84,7 +74,7 @@ def test_copies_of_a_waiting_resume_take_no_place_in_the_parked_limit() -> None:
     events: list[Event] = [genuine, r0]
     for round_ in range(PARKED_LIMIT - 1):
         events += [*_fillers(f"g{round_}", 10_001 + 10 * round_), r0]
-    state, decisions = _fold(events)
+    state, decisions = fold_all(events)
     assert [p.resume.event_id for p in state.parked_resumes] == ["r-g", "r-0"]
     assert not [d for d in decisions if d.reason is Reason.PARKED_OVERFLOW]
     state, expired = expire(state, LATE)
@@ -94,7 +84,7 @@ def test_copies_of_a_waiting_resume_take_no_place_in_the_parked_limit() -> None:
 
 def test_a_copy_of_a_waiting_resume_changes_nothing() -> None:
     r0 = _waiting_resume("r-0", "c0", t=10_000)
-    before, _ = _fold([r0, *_fillers("g", 10_001)])
+    before, _ = fold_all([r0, *_fillers("g", 10_001)])
     result = fold(before, r0, 99)
     assert result.state == before
     assert [(d.decision_id, d.verdict, d.final) for d in result.decisions] == [
@@ -114,7 +104,7 @@ def test_an_ack_copy_after_the_window_is_parked_once_and_answered_once() -> None
 
 def test_an_intent_copy_under_a_fence_never_granted_is_answered_once() -> None:
     fenced = intent("f-1", [A], [], fence=7, t=1_000)
-    state, decisions = _fold([fenced, *_fillers("g", 1_001), fenced])
+    state, decisions = fold_all([fenced, *_fillers("g", 1_001), fenced])
     assert [i.event_id for i in state.parked_intents] == ["f-1"]
     assert [(d.verdict, d.reason) for d in decisions if d.decision_id == "f-1"] == [
         (Verdict.RECORDED, Reason.PARKED)
@@ -125,7 +115,7 @@ def test_an_intent_copy_under_a_fence_never_granted_is_answered_once() -> None:
 
 def test_a_copy_inside_the_window_is_answered_like_the_waiting_first() -> None:
     waiting = ack("a-x", AckOutcome.COMMITTED, intent_id="ghost", t=1_000)
-    _, decisions = _fold([waiting, waiting])
+    _, decisions = fold_all([waiting, waiting])
     assert [(d.decision_id, d.reason) for d in decisions] == [("a-x", Reason.PARKED)] * 2
 
 
@@ -135,7 +125,7 @@ def test_copies_in_a_state_written_by_an_older_engine_get_one_final_answer() -> 
     r0 = _waiting_resume("r-0", "c0", t=10_000)
     waiting = ack("a-x", AckOutcome.COMMITTED, intent_id="ghost", t=1_000)
     fenced = intent("f-1", [A], [], fence=7, t=1_000)
-    state, _ = _fold([r0, waiting, fenced])
+    state, _ = fold_all([r0, waiting, fenced])
     doubled = replace(
         state,
         parked_resumes=[*state.parked_resumes, ParkedResume(resume=r0, position=9)],
@@ -150,7 +140,7 @@ def test_copies_in_a_state_written_by_an_older_engine_get_one_final_answer() -> 
 
 def test_an_evicted_copy_is_not_answered_while_another_copy_still_waits() -> None:
     r0 = _waiting_resume("r-0", "c0", t=10_000)
-    state, _ = _fold([r0])
+    state, _ = fold_all([r0])
     doubled = replace(
         state, parked_resumes=[*state.parked_resumes, ParkedResume(resume=r0, position=9)]
     )
@@ -173,7 +163,7 @@ def test_a_copy_of_the_granting_resume_out_of_the_window_gets_the_same_grant() -
     events: list[Event] = [intent("i-1", [A], [], t=1_000), granted]
     events += [intent(f"i-{n}", [A], [A], intent_id=f"i{n}", seq=n, t=2_000 + n) for n in (2, 3)]
     events += _fillers("g", 3_000)
-    state, decisions = _fold([*events, granted])
+    state, decisions = fold_all([*events, granted])
     answers = [(d.verdict, d.reason) for d in decisions if d.decision_id == "r-1"]
     assert answers == [
         (Verdict.CONTINUE, Reason.COMMITTED),
