@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,21 +65,41 @@ class FenceReport:
 
 
 def fence_previous_owners(
-    settings: Settings, partitions: Iterable[TopicPartition], timeout_s: float
+    settings: Settings,
+    partitions: Iterable[TopicPartition],
+    timeout_s: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    admin_client: Callable[[dict[str, Any]], Any] = AdminClient,
+    producer: Callable[[dict[str, Any]], Any] = Producer,
 ) -> FenceReport:
-    """A0 for these input partitions: never raises; the report says what was done."""
+    """A0 for these input partitions, all of it within `timeout_s` (the lookups and every
+    fencing call share one deadline: A0 delays the assignment, so its cost must not grow with
+    the number of dead owners). Never raises; the report says what was done."""
     config = settings.client_config()
-    started = time.monotonic()
-    admin = AdminClient(config)
+    started = clock()
+    deadline = started + timeout_s
+
+    def left() -> float:
+        return max(0.0, deadline - clock())
+
+    admin = admin_client(config)
     try:
-        previous = _previous_owners(admin, settings.group_id, list(partitions), timeout_s)
-        members = _member_ids(admin, settings, timeout_s)
+        previous = _previous_owners(admin, settings.group_id, list(partitions), left())
+        members = _member_ids(admin, settings, left())
     except (KafkaException, TimeoutError, OSError) as exc:
         return FenceReport((), (), f"previous owners not known ({exc})")
-    lookup_s = time.monotonic() - started
+    finally:
+        # AdminClient has no close(): dropping the last reference destroys its librdkafka
+        # handle now (reference counting) rather than whenever the collector runs.
+        del admin
+    lookup_s = clock() - started
     fenced, failed = [], []
     for txn_id in to_fence(previous.values(), members, transactional_id(settings)):
-        if _fence(config, txn_id, settings.transaction_timeout_ms, timeout_s):
+        remaining = left()
+        if remaining > 0 and _fence(
+            producer, config, txn_id, settings.transaction_timeout_ms, remaining
+        ):
             fenced.append(txn_id)
         else:
             failed.append(txn_id)
@@ -111,16 +131,26 @@ def _member_ids(admin: AdminClient, settings: Settings, timeout_s: float) -> set
     }
 
 
-def _fence(config: Mapping[str, Any], txn_id: str, txn_timeout_ms: int, timeout_s: float) -> bool:
-    producer = Producer(
+def _fence(
+    producer: Callable[[dict[str, Any]], Any],
+    config: Mapping[str, Any],
+    txn_id: str,
+    txn_timeout_ms: int,
+    timeout_s: float,
+) -> bool:
+    client = producer(
         {**config, "transactional.id": txn_id, "transaction.timeout.ms": txn_timeout_ms}
     )
     try:
         # Returns once the coordinator has aborted the id's open transaction and bumped its
         # epoch; another instance fencing the same id at once may fence this producer instead,
         # which ends the same transaction just as well.
-        producer.init_transactions(timeout_s)
+        client.init_transactions(timeout_s)
         return True
     except KafkaException as exc:
         log.info("step A0: fencing %s did not finish: %s", txn_id, exc)
         return False
+    finally:
+        # It produced nothing and holds no transaction: closing it only ends its threads and
+        # connections, one client per dead owner per assignment otherwise left to the collector.
+        client.close()

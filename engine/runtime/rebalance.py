@@ -17,9 +17,10 @@ from engine.runtime.task import PartitionTask
 from engine.runtime.transaction import STEP_DEADLINE_S, RejoinError, TxnStatus
 
 log = logging.getLogger("reconciler.engine")
-FENCE_S = 5.0
-"""Step A0's bound on each of its calls: the fence only saves time, so it must not cost much
-when the broker is slow (the previous owner's transaction then times out as before)."""
+FENCE_S = 10.0
+"""Step A0's one deadline for all its calls (lookups and every fence): the fence only saves
+time, so it must not cost much when the broker is slow (the previous owner's transaction then
+times out as before); 10 s: the default transaction timeout it would otherwise wait out."""
 
 
 class Rebalancing(CommitLoop):
