@@ -220,13 +220,10 @@ def test_a_killed_instances_partitions_answer_again_before_its_transaction_timeo
     timeout) and the survivor is assigned them, not when the killed instance's open
     transaction times out."""
     base = engine_settings(kafka_bootstrap, unique_name, tmp_path / "state", **FAILOVER)
-    procs = [
-        EngineProcess(
-            base.model_copy(update={"instance_id": n, "state_dir": tmp_path / n}),
-            tmp_path / f"{n}.log",
-        ).start()
-        for n in ("a", "b")
+    instances = [
+        base.model_copy(update={"instance_id": n, "state_dir": tmp_path / n}) for n in ("a", "b")
     ]
+    procs = [EngineProcess(s, tmp_path / f"{s.instance_id}.log").start() for s in instances]
     stop = threading.Event()
 
     def load() -> None:  # keeps transactions opening on every partition
@@ -264,3 +261,8 @@ def test_a_killed_instances_partitions_answer_again_before_its_transaction_timeo
     # hears of it at its next heartbeat; a killed instance's open transaction (about half the
     # time under this load) would add the transaction timeout, ten times the session timeout.
     assert elapsed < base.transaction_timeout_ms / 1000
+    # The killed instance has an open transaction only about half the time, when the bound
+    # above holds without A0 too: the survivor's A0 must have fenced it in every run.
+    survivor_log = (tmp_path / "b.log").read_text()
+    victim = transactional_id(instances[0])
+    assert f"fenced ['{victim}']" in survivor_log, "step A0 did not fence the killed instance"
