@@ -1,0 +1,193 @@
+"""The READMEs and docs/ hold to the code: links and anchors resolve, every path, make target,
+CLI command and setting they name exists, and the defaults and limits they quote are the
+code's. A rename or a changed default fails here instead of leaving the docs wrong."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from engine.cli import build_parser
+from engine.core import state
+from engine.runtime.clients import consumer_config
+from engine.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "engine" / "core" / "README.md",
+    ROOT / "engine" / "wire" / "README.md",
+    ROOT / "consumers" / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+]
+README = ROOT / "README.md"
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*$", re.M)
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+# A repository path in backticks: at least one folder, a file name with an extension we keep.
+PATH = re.compile(r"`((?:\.?[\w-]+/)+[\w.-]+\.(?:py|md|yaml|json|toml|avsc|xml|sh))`")
+# Named in the docs but made by a build or a running broker, never committed.
+GENERATED = {"engine/wire/avro_built.py"}
+RUNTIME_FOLDERS = (".kafka/", ".registry/", "state/")
+
+
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, markup and punctuation dropped, spaces to -."""
+    text = re.sub(r"`|\*\*|\*", "", heading).strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    return {_slug(h) for h in HEADING.findall(FENCE.sub("", _text(path)))}
+
+
+def _section(path: Path, title: str) -> str:
+    text = _text(path)
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_link_and_anchor_resolves(doc: Path) -> None:
+    broken = []
+    for target in LINK.findall(FENCE.sub("", _text(doc))):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        file_part, _, anchor = target.partition("#")
+        linked = (doc.parent / file_part).resolve() if file_part else doc
+        if not linked.exists():
+            broken.append(f"{target}: no file {linked}")
+        elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+            broken.append(f"{target}: no heading with anchor #{anchor} in {linked.name}")
+    assert not broken, f"{doc.relative_to(ROOT)}: {broken}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_path_named_exists(doc: Path) -> None:
+    missing = []
+    for name in set(PATH.findall(_text(doc))):
+        candidates = [ROOT / name, doc.parent / name, ROOT / "tests" / name]
+        if name in GENERATED or name.startswith(RUNTIME_FOLDERS):
+            continue
+        if not any(c.exists() for c in candidates):
+            missing.append(name)
+    assert not missing, f"{doc.relative_to(ROOT)} names files that do not exist: {missing}"
+
+
+def _make_targets() -> set[str]:
+    return set(re.findall(r"^([\w-]+):", _text(ROOT / "Makefile"), re.M))
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_make_target_named_exists(doc: Path) -> None:
+    named = set(re.findall(r"\bmake ([a-z][\w-]*)", _text(doc)))
+    if doc == README:
+        assert {"run", "test", "demo", "bench", "setup"} <= named
+    assert not named - _make_targets(), f"{doc.relative_to(ROOT)}: {named - _make_targets()}"
+
+
+def _subcommands() -> set[str]:
+    """Every subcommand of `reconciler`, nested ones as "topics create"."""
+    found: set[str] = set()
+
+    def walk(parser: argparse.ArgumentParser, prefix: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action._name_parser_map.items():
+                    found.add(prefix + name)
+                    walk(sub, f"{prefix}{name} ")
+
+    walk(build_parser(), "")
+    return found
+
+
+def test_every_reconciler_command_named_exists() -> None:
+    known = _subcommands()
+    named = set()
+    for doc in DOCS:
+        for words in re.findall(r"`reconciler ([a-z]+(?: [a-z]+)?)", _text(doc)):
+            first, _, second = words.partition(" ")
+            named.add(f"{first} {second}" if f"{first} {second}" in known else first)
+    assert {"run", "explain", "repair", "topics create"} <= named
+    assert not named - known, f"documented commands the CLI lacks: {named - known}"
+
+
+def _table_rows(section: str) -> dict[str, str]:
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0].endswith("`"):
+            rows[cells[0].strip("`")] = cells[1]
+    return rows
+
+
+def _shown(default: object) -> str:
+    if default is None:
+        return "unset"
+    if isinstance(default, bool):
+        return f"`{str(default).lower()}`"
+    if isinstance(default, dict):
+        return "empty"
+    return f"`{default}`"
+
+
+def test_the_configuration_table_is_the_settings_model() -> None:
+    rows = _table_rows(_section(README, "Configuration"))
+    fields = Settings.model_fields
+    assert set(rows) == set(fields), (
+        f"undocumented: {set(fields) - set(rows)}; not settings: {set(rows) - set(fields)}"
+    )
+    defaults = Settings().model_dump()
+    for name, shown in rows.items():
+        assert shown == _shown(defaults[name]), (
+            f"{name}: README says {shown}, the code {defaults[name]!r}"
+        )
+
+
+def test_the_memory_section_quotes_the_defaults() -> None:
+    quoted = re.findall(r"`([a-z0-9_]+)`[^`\[]*\[([\d,.]+)", _section(README, "Memory"))
+    assert len(quoted) >= 6
+    for name, value in quoted:
+        default = Settings.model_fields[name].default
+        assert float(value.replace(",", "")) == float(default), f"{name}: [{value}] vs {default}"
+
+
+def test_the_timeouts_the_readme_quotes() -> None:
+    text = _text(README)
+    settings = Settings()
+    assert f"`transaction_timeout_ms` ({settings.transaction_timeout_ms // 1000} s)" in text
+    heartbeat = consumer_config(settings)["heartbeat.interval.ms"]
+    assert heartbeat == settings.session_timeout_ms // 10
+    assert "heartbeat (session_timeout_ms / 10)" in text
+    assert f"default {settings.session_timeout_ms // 1000} s session" in text.replace("\n", " ")
+
+
+def test_the_core_readme_quotes_the_core_limits() -> None:
+    text = _text(ROOT / "engine" / "core" / "README.md")
+    for name in ("LEASE_MS", "PARK_MS"):
+        assert f"`{name}` = {getattr(state, name):,}" in text, name
+    for name in ("PARKED_LIMIT", "PARKED_WRITES_LIMIT", "RECENT_EVENT_IDS"):
+        assert f"`{name}` ({getattr(state, name)})" in text, name
+
+
+def test_every_tool_the_docs_run_exists() -> None:
+    missing = set()
+    for doc in DOCS:
+        text = _text(doc)
+        for module in re.findall(r"python -m (tools\.\w+|engine\.\w+)", text):
+            if not (ROOT / (module.replace(".", "/") + ".py")).exists():
+                missing.add(module)
+        for script in re.findall(r"\b((?:tools|examples)/[\w/]+\.py)\b", text):
+            if not (ROOT / script).exists():
+                missing.add(script)
+    assert not missing, f"the docs run tools that do not exist: {missing}"
