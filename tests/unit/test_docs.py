@@ -5,6 +5,7 @@ code's. A rename or a changed default fails here instead of leaving the docs wro
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 from pathlib import Path
 
@@ -191,3 +192,38 @@ def test_every_tool_the_docs_run_exists() -> None:
             if not (ROOT / script).exists():
                 missing.add(script)
     assert not missing, f"the docs run tools that do not exist: {missing}"
+
+
+@pytest.mark.parametrize("package", ["engine/core", "consumers"])
+def test_the_module_table_lists_every_module(package: str) -> None:
+    text = _text(ROOT / package / "README.md")
+    listed = {Path(m).name for m in re.findall(r"^\| `([\w/]+\.py)` \|", text, re.M)}
+    modules = {
+        p.relative_to(ROOT / package).as_posix()
+        for p in (ROOT / package).rglob("*.py")
+        if p.name != "__init__.py"
+    }
+    assert {Path(m).name for m in modules} == listed, f"{package}/README.md table vs the modules"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_test_file_named_exists(doc: Path) -> None:
+    named = set(re.findall(r"\b(test_\w+\.py)\b", _text(doc)))
+    present = {p.name for p in (ROOT / "tests").rglob("test_*.py")}
+    assert not named - present, f"{doc.relative_to(ROOT)}: {named - present}"
+
+
+@pytest.mark.parametrize("package", ["engine.core", "engine.wire"])
+def test_every_function_the_invariants_name_exists(package: str) -> None:
+    """`parked.drain`, `acks.awaits_rearm`, `codec.fields_of`: module and name both exist."""
+    folder = ROOT / package.replace(".", "/")
+    modules = {p.stem for p in folder.glob("*.py")}
+    missing, checked = [], 0
+    for module, name in re.findall(r"`(\w+)\.(\w+)`", _text(folder / "README.md")):
+        if module in modules and name != "py":
+            checked += 1
+            loaded = importlib.import_module(f"{package}.{module}")
+            if not hasattr(loaded, name):
+                missing.append(f"{module}.{name}")
+    assert checked >= 2
+    assert not missing, f"{package}/README.md names what does not exist: {missing}"
