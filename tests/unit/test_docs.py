@@ -227,3 +227,22 @@ def test_every_function_the_invariants_name_exists(package: str) -> None:
                 missing.append(f"{module}.{name}")
     assert checked >= 2
     assert not missing, f"{package}/README.md names what does not exist: {missing}"
+
+
+def test_the_compiled_module_count_quoted_is_the_build() -> None:
+    from engine.compiled import COMPILED
+
+    quoted = re.findall(r"(\d+) (?:mypyc extensions|modules run as mypyc)", _text(README))
+    assert quoted, "the README no longer says how many modules are compiled"
+    assert {int(n) for n in quoted} == {len(COMPILED)}
+
+
+@pytest.mark.parametrize("doc", [README, ROOT / "consumers" / "README.md"], ids=lambda p: p.name)
+def test_the_integration_snippet_imports_what_exists(doc: Path) -> None:
+    imports = re.findall(r"^from (consumers[\w.]*) import ([\w, ]+)$", _text(doc), re.M)
+    for module, names in imports:
+        loaded = importlib.import_module(module)
+        for name in names.split(","):
+            assert hasattr(loaded, name.strip()), f"{doc.name}: {module}.{name.strip()}"
+    if doc == README:
+        assert len(imports) == 2
