@@ -246,3 +246,19 @@ def test_the_integration_snippet_imports_what_exists(doc: Path) -> None:
             assert hasattr(loaded, name.strip()), f"{doc.name}: {module}.{name.strip()}"
     if doc == README:
         assert len(imports) == 2
+
+
+def test_the_wire_readme_lists_every_decode_reason_and_state_version() -> None:
+    from engine.wire.errors import DecodeReason
+    from engine.wire.policy import POLICY, RecordType
+
+    text = _text(ROOT / "engine" / "wire" / "README.md")
+    listed = re.findall(
+        r"\b([A-Z][A-Z_]+)\b",
+        _section(ROOT / "engine/wire/README.md", "Reason codes (`DecodeReason`)"),
+    )
+    assert set(DecodeReason.__members__) <= set(listed)
+    state = POLICY[RecordType.SESSION_STATE]
+    versions = set(re.findall(r"^\| v(\d+) \|", text, re.M))
+    assert versions == {str(v) for v in state.supported}
+    assert re.search(rf"^\| v{state.current} \|.*\| this release \|$", text, re.M)
