@@ -262,3 +262,18 @@ def test_the_wire_readme_lists_every_decode_reason_and_state_version() -> None:
     versions = set(re.findall(r"^\| v(\d+) \|", text, re.M))
     assert versions == {str(v) for v in state.supported}
     assert re.search(rf"^\| v{state.current} \|.*\| this release \|$", text, re.M)
+
+
+def test_the_runner_actions_table_is_action_of() -> None:
+    from engine.core.decide import action_of
+    from engine.core.events import Reason, Verdict
+
+    section = _text(ROOT / "engine" / "core" / "README.md").split("## Runner actions", 1)[1]
+    rows = re.findall(r"^\| ([A-Z_, ]+) \| ([\w, ]+) \| `(\w+)` \|", section, re.M)
+    assert len(rows) == 6
+    for verdicts, reasons, action in rows:
+        named = list(Reason) if reasons == "any" else [Reason[r] for r in reasons.split(", ")]
+        for verdict in verdicts.split(", "):
+            for reason in named:
+                got = action_of(Verdict[verdict], reason).name
+                assert got == action, f"{verdict} {reason.name}: {got}, README {action}"
