@@ -277,3 +277,48 @@ def test_the_runner_actions_table_is_action_of() -> None:
             for reason in named:
                 got = action_of(Verdict[verdict], reason).name
                 assert got == action, f"{verdict} {reason.name}: {got}, README {action}"
+
+
+def _readme_acls() -> set[tuple[str, str, str, str, str]]:
+    """The Security section's kafka-acls.sh commands, for-loops expanded, as tuples."""
+    block = FENCE.findall(_section(README, "Security: SASL/SCRAM and ACLs"))[0]
+    lines = [re.sub(r"\s+#.*$", "", ln) for ln in block.replace("\\\n", " ").splitlines()]
+    commands: list[str] = []
+    loop: list[str] | None = None
+    for line in (ln.strip() for ln in lines):
+        if match := re.match(r"for t in ([\w\- ]+); do$", line):
+            loop = match.group(1).split()
+        elif line == "done":
+            loop = None
+        elif line.startswith("kafka-acls.sh"):
+            commands += [line.replace("$t", t) for t in loop] if loop else [line]
+    found = set()
+    for command in commands:
+        words = command.split()
+        arg = {words[i]: words[i + 1] for i in range(len(words) - 1) if words[i].startswith("--")}
+        kind = next(k for k in ("--topic", "--group", "--transactional-id") if k in arg)
+        operation = re.sub(r"(?<!^)([A-Z])", r"_\1", arg["--operation"]).upper()
+        pattern = arg.get("--resource-pattern-type", "literal").upper()
+        user = arg["--allow-principal"].removeprefix("User:")
+        found.add((user, kind[2:].replace("-", "_").upper(), arg[kind], pattern, operation))
+    return found
+
+
+def _enum_name(value: object) -> str:
+    return str(getattr(value, "name", value))
+
+
+def test_the_security_acls_are_the_ones_the_secure_broker_gets() -> None:
+    from tools.kafka_secure import acl_bindings
+
+    granted = {
+        (
+            b.principal.removeprefix("User:"),
+            _enum_name(b.restype),
+            b.name,
+            _enum_name(b.resource_pattern_type),
+            _enum_name(b.operation),
+        )
+        for b in acl_bindings()
+    }
+    assert _readme_acls() == granted
