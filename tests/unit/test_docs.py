@@ -322,3 +322,17 @@ def test_the_security_acls_are_the_ones_the_secure_broker_gets() -> None:
         for b in acl_bindings()
     }
     assert _readme_acls() == granted
+
+
+def test_every_metric_and_stage_the_readme_names_exists() -> None:
+    from engine.runtime.metrics import STAGES
+
+    source = "".join(_text(p) for p in (ROOT / "engine").rglob("*.py"))
+    registered = set(re.findall(r"\"(reconciler_\w+)\"", source))
+    named = set(re.findall(r"\b(reconciler_\w+)", _text(README)))
+    bare = {re.sub(r"_(total|bucket|count|sum)$", "", n) for n in named}
+    assert len(bare) >= 5
+    assert not bare - registered, f"metrics the README names that do not exist: {bare - registered}"
+    documented = re.search(r"reconciler_stage_seconds\{stage=([\w|]+)\}", _text(README))
+    assert documented is not None
+    assert set(documented.group(1).split("|")) == set(STAGES)
