@@ -336,3 +336,16 @@ def test_every_metric_and_stage_the_readme_names_exists() -> None:
     documented = re.search(r"reconciler_stage_seconds\{stage=([\w|]+)\}", _text(README))
     assert documented is not None
     assert set(documented.group(1).split("|")) == set(STAGES)
+
+
+def test_the_wire_readme_versions_table_is_the_policy() -> None:
+    from engine.wire.policy import POLICY
+
+    section = _section(ROOT / "engine" / "wire" / "README.md", "Current versions")
+    rows = re.findall(r"^\| `(\w+)` \| v(\d+) \|\s*([v\d, ]*?)\s*\|$", section, re.M)
+    table = {name: (int(current), set(re.findall(r"\d+", older))) for name, current, older in rows}
+    policy = {
+        kind.value: (p.current, {str(v) for v in p.supported if v != p.current})
+        for kind, p in POLICY.items()
+    }
+    assert table == policy
