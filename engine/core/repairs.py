@@ -57,12 +57,15 @@ def fold_repair(state: SessionState, event: RepairEvent) -> tuple[SessionState, 
             committed_by_runner=False,
         )
     # A repair also ends the current grant: the next resume starts a fresh authority epoch.
+    # It ends at the repair's event time, not for all time: a resume stamped before the repair
+    # was sent into the old epoch (a late copy, or a runner's re-send of a request that was
+    # withheld), and from another runner it is still withheld HELD_BY_OTHER, never granted.
     repaired = replace(
         state,
         slot=new_slot,
         health=HEALTH_CLEAR,
         health_reason=None,
-        lease_expires_ms=None,
+        lease_expires_ms=event.event_time_ms,
         granted_checkpoint_id=None,
     )
     trail = make_trail(
