@@ -38,7 +38,7 @@ from engine.core.events import (
     Verdict,
 )
 from engine.core.fold import fold
-from engine.core.state import LEASE_MS, SessionState
+from engine.core.state import LEASE_MS, RECENT_EVENT_IDS, SessionState
 
 SID = "s-life"
 BINDING = Binding(backend_id="model-store", namespace="lifecycle")
@@ -98,7 +98,16 @@ class Settle:
     drop: bool  # DISCARD instead of RELEASE
 
 
-Op = Write | ForeignWrite | Restore | Hold | Settle
+@dataclass(frozen=True)
+class LateCopy:
+    """An exact copy of an earlier input (same event id, content and time) arrives again, out
+    of the de-duplication window: a producer retry, a runner re-sending after a crash, a lagging
+    copy. ``back`` picks which of the inputs older than the window."""
+
+    back: int
+
+
+Op = Write | ForeignWrite | Restore | Hold | Settle | LateCopy
 
 
 @dataclass
@@ -121,6 +130,7 @@ class Runner:
 class Input:
     topic: Topic
     event: Event
+    copy: bool = False  # a late copy of an earlier input (`LateCopy`)
 
 
 @dataclass
@@ -146,6 +156,7 @@ class World:
     latest: Checkpoint | None = None
     topic_offsets: dict[Topic, int] = field(default_factory=lambda: dict.fromkeys(Topic, 0))
     violations: list[str] = field(default_factory=list)
+    copy_answers: list[Decision] = field(default_factory=list)  # what late copies were answered
 
     # --- plumbing ------------------------------------------------------------------------
 
@@ -166,6 +177,21 @@ class World:
         self.state = result.state
         self.decisions.extend(result.decisions)
         return list(result.decisions)
+
+    def late_copy(self, back: int) -> None:
+        """Re-send an input older than the de-duplication window, as it was. Its answers go to
+        nobody (its producer acted on the first copy's); it takes a position, but no time."""
+        originals = [i for i in self.log if not i.copy]
+        older = len(originals) - RECENT_EVENT_IDS
+        if older <= 0:
+            return
+        original = originals[back % older]
+        position = self.topic_offsets[original.topic]
+        self.topic_offsets[original.topic] += 1
+        self.log.append(Input(original.topic, original.event, copy=True))
+        result = fold(self.state, original.event, position)
+        self.state = result.state
+        self.copy_answers.extend(result.decisions)
 
     def digests(self, items: Sequence[dict[str, Any]]) -> list[str]:
         return [item_facts(i, ignore_ids=False).digest for i in items]
@@ -461,6 +487,8 @@ class World:
                 self.restore(op.copies, op.fault)
             elif isinstance(op, Hold):
                 self.hold()
+            elif isinstance(op, LateCopy):
+                self.late_copy(op.back)
             else:
                 self.settle(op.drop)
         # Reconcile whatever is still open: one more restore, then the held batch settles.
