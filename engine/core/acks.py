@@ -52,6 +52,7 @@ from engine.core.members import (
     VERDICT_REJECTED,
 )
 from engine.core.state import (
+    LEASE_MS,
     UNRESOLVED,
     IntentSlot,
     SessionState,
@@ -97,7 +98,7 @@ def fold_ack(
             return state, reject(state, event, refusal, why, suffix)
     if slot is None or slot.intent_id != event.intent_id:  # the superseded intent's ack
         return state, decide(state, event, VERDICT_RECORDED, REASON_ACCEPTED, suffix=suffix)
-    why = _past_evidence(slot, event)
+    why = _past_evidence(state, slot, event)
     if why:
         trail = make_trail((STEP_WHY, why))
         return state, decide(
@@ -107,7 +108,7 @@ def fold_ack(
     return new_state, ack_answer(new_state, event, reason, alert, suffix)
 
 
-def _past_evidence(slot: IntentSlot, event: AckEvent) -> str:
+def _past_evidence(state: SessionState, slot: IntentSlot, event: AckEvent) -> str:
     """Why the ack cannot be evidence about the slot's attempt any more ("" if it can be).
 
     The fold keeps event ids only in its window, so a late copy of an ack (a producer retry, a
@@ -120,9 +121,11 @@ def _past_evidence(slot: IntentSlot, event: AckEvent) -> str:
       starts with a grant under a new fence. Folded again, a copy of the partial commit the
       operator repaired would turn the session AMBIGUOUS a second time.
     * A runner's NOT_WRITTEN after that runner's COMMITTED of the same intent, under the same
-      fence (the caller checked the writer): a runner acks each attempt once, in order, on one
-      topic, so it is the failure of an attempt it retried in place. Folded, it would
-      contradict the retry's commit (AMBIGUOUS) although nothing went wrong.
+      fence (the caller checked the writer), stamped before the lease that COMMITTED renewed
+      (`event_time_ms + LEASE_MS < lease_expires_ms`): the runner acks in order on one topic,
+      so it is the failure of an earlier attempt, retried in place. Folded, it would
+      contradict the retry's commit (AMBIGUOUS) although nothing went wrong. A NOT_WRITTEN
+      stamped at or after the commit stays a contradiction.
     """
     if slot.status in (SLOT_ABSENT, SLOT_ABANDONED) or (
         slot.status is SLOT_COMMITTED
@@ -138,6 +141,7 @@ def _past_evidence(slot: IntentSlot, event: AckEvent) -> str:
         event.source is SOURCE_RUNNER
         and event.outcome is OUTCOME_NOT_WRITTEN
         and slot.committed_by_runner
+        and event.event_time_ms + LEASE_MS < (state.lease_expires_ms or 0)
     ):
         return "the runner acknowledged this intent committed already: an earlier attempt's failure"
     return ""

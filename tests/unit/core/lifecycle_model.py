@@ -33,12 +33,14 @@ from engine.core.events import (
     IntentKind,
     ItemFacts,
     PendingRecord,
+    RepairEvent,
+    RepairResolution,
     ResumeEvent,
     RunnerAction,
     Verdict,
 )
 from engine.core.fold import fold
-from engine.core.state import LEASE_MS, RECENT_EVENT_IDS, SessionState
+from engine.core.state import LEASE_MS, SessionState
 
 SID = "s-life"
 BINDING = Binding(backend_id="model-store", namespace="lifecycle")
@@ -179,17 +181,36 @@ class World:
         return list(result.decisions)
 
     def late_copy(self, back: int) -> None:
-        """Re-send an input older than the de-duplication window, as it was. Its answers go to
-        nobody (its producer acted on the first copy's); it takes a position, but no time."""
+        """Re-send an earlier input as it was, once it is out of the de-duplication window.
+
+        Where fewer than `RECENT_EVENT_IDS` inputs followed it, inputs that change nothing
+        (repairs naming an intent the session never had: REJECTED UNKNOWN_INTENT) push it out
+        first. Their answers and the copy's go to nobody (the copy's producer acted on the
+        first copy's answer); they take positions, but no time.
+        """
         originals = [i for i in self.log if not i.copy]
-        older = len(originals) - RECENT_EVENT_IDS
-        if older <= 0:
+        if not originals:
             return
-        original = originals[back % older]
-        position = self.topic_offsets[original.topic]
-        self.topic_offsets[original.topic] += 1
-        self.log.append(Input(original.topic, original.event, copy=True))
-        result = fold(self.state, original.event, position)
+        original = originals[back % len(originals)]
+        while self.state is not None and original.event.event_id in self.state.recent_event_ids:
+            filler = RepairEvent(
+                event_id=f"noise{len(self.log)}",  # not from `_id`: the run without copies
+                # must number its inputs alike
+                session_id=SID,
+                event_time_ms=self.time_ms,
+                resolution=RepairResolution.ABANDON,
+                actor="model",
+                reason="noise",
+                intent_id="never-registered",
+            )
+            self._fold_unseen(Input(Topic.INTENTS, filler, copy=True))
+        self._fold_unseen(Input(original.topic, original.event, copy=True))
+
+    def _fold_unseen(self, item: Input) -> None:
+        position = self.topic_offsets[item.topic]
+        self.topic_offsets[item.topic] += 1
+        self.log.append(item)
+        result = fold(self.state, item.event, position)
         self.state = result.state
         self.copy_answers.extend(result.decisions)
 

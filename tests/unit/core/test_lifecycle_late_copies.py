@@ -9,21 +9,32 @@ and anything it makes wait is answered without a grant (but the granting request
 without an alert; and the Session's content is right (`check_store`). Counted over generated
 logs before and after the fix by `late_copy_problems` (SPEC.md §6 "Late copies").
 
-`make test` runs LATE_COPY_EXAMPLES (default 1,000, derandomized); LIFECYCLE_SOAK=1 randomizes.
+`make test` runs LATE_COPY_EXAMPLES (default 2,000, derandomized); LIFECYCLE_SOAK=1 randomizes.
 """
 
 from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.core.events import AckEvent, AckOutcome, AckSource, Decision, IntentEvent, Reason
-from tests.unit.core.lifecycle_model import Input, LateCopy, Op, World
+from tests.unit.core.lifecycle_model import (
+    Fault,
+    Hold,
+    Input,
+    LateCopy,
+    Op,
+    Restore,
+    Settle,
+    World,
+    Write,
+)
 from tests.unit.core.test_lifecycle import check_store, ops
 
-EXAMPLES = int(os.environ.get("LATE_COPY_EXAMPLES", "1000"))
+EXAMPLES = int(os.environ.get("LATE_COPY_EXAMPLES", "2000"))
 LATE_COPIES = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -38,9 +49,7 @@ Answer = tuple[str, str, bool]
 
 
 def _answers(decisions: list[Decision]) -> dict[str, Answer]:
-    return {
-        d.decision_id: (d.verdict.value, d.runner_action.value, d.alert) for d in decisions
-    }
+    return {d.decision_id: (d.verdict.value, d.runner_action.value, d.alert) for d in decisions}
 
 
 def _store_failure_after_retry(world: World, copy: Input) -> bool:
@@ -79,7 +88,7 @@ def late_copy_problems(program: list[Op], store_acks: bool) -> list[str]:
         if after.get(decision_id) != answer:
             problems.append(f"{decision_id}: {answer} -> {after.get(decision_id)}")
     for decision_id in after.keys() - before.keys():
-        verdict, action, alert = after[decision_id]
+        _, action, alert = after[decision_id]
         if decision_id.removesuffix("/final") not in copied or alert or action != "NONE":
             problems.append(f"new answer {decision_id}: {after[decision_id]}")
     for d in world.copy_answers:
@@ -95,3 +104,21 @@ def test_late_copies_change_nothing_a_runner_or_the_session_sees(
 ) -> None:
     ops_, store_acks = program
     assert late_copy_problems(ops_, store_acks) == []
+
+
+# Examples the property found on the core before the fix, pinned.
+
+
+def test_pinned_a_runner_failure_copy_after_a_retry_in_place() -> None:
+    """The copy (the runner's NOT_WRITTEN `a10` of the retried attempt) was RECORDED AMBIGUOUS
+    with an alert, and the session was withheld until a repair."""
+    program: list[Op] = [Write(Fault.OK), Write(Fault.OK), Write(Fault.RETRY_IN_PLACE)]
+    assert late_copy_problems([*program, LateCopy(5)], store_acks=False) == []
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_pinned_a_held_copy_after_its_settle(drop: bool) -> None:
+    """The copy of the HELD intent held the settled (or dropped) batch again: the holder's next
+    write was REJECTED SLOT_OCCUPIED and a restore withheld HELD_NOT_SETTLED with an alert."""
+    program: list[Op] = [Hold(), Settle(drop), LateCopy(0), Write(Fault.OK), Restore(1, Fault.OK)]
+    assert late_copy_problems(program, store_acks=False) == []
