@@ -46,6 +46,8 @@ STALE_REASONS = frozenset(
         Reason.NOTHING_TO_REPAIR,
         Reason.NOT_HOLDER,
         Reason.REGRANT_DUPLICATE_REQUEST,  # a copy of the granting request: the same grant
+        Reason.SESSION_AMBIGUOUS,  # ... or withheld, when the session needs a repair since
+        Reason.SESSION_VIOLATED,
     }
 )
 

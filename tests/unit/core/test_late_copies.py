@@ -160,6 +160,22 @@ def repaired_abandoned() -> tuple[list[Event], list[Event]]:
     return _repaired(RepairResolution.ABANDON)
 
 
+def repaired_then_ambiguous_again() -> tuple[list[Event], list[Event]]:
+    """ACCEPT_ABSENT, APPEND_ONCE, and the new attempt of the same intent lands partly too."""
+    prefix: list[Event] = [
+        intent("e1", [A, B], [U], t=1_000),
+        ack("s1", AckOutcome.COMMITTED, source=AckSource.STORE, count=1, t=1_090),
+        repair("x1", RepairResolution.ACCEPT_ABSENT, t=200_000),
+        resume("q1", record([A, B], [U]), [U], runner="r2", t=300_000),
+    ]
+    fence = _grant_fence(prefix, "q1")
+    prefix += [
+        intent("e2", [A, B], [U], runner="r2", fence=fence, t=300_100),
+        ack("s2", AckOutcome.COMMITTED, source=AckSource.STORE, fence=fence, count=1, t=300_190),
+    ]
+    return prefix, [resume("q2", record([A, B], [U]), [U, A], runner="r3", t=500_000)]
+
+
 def released() -> tuple[list[Event], list[Event]]:
     """A held batch released as a settle, committed."""
     prefix: list[Event] = [
@@ -221,6 +237,7 @@ SCENARIOS: dict[str, Scenario] = {
     "repaired ACCEPT_COMMITTED": repaired_committed,
     "repaired ACCEPT_ABSENT": repaired_absent,
     "repaired ABANDON": repaired_abandoned,
+    "repaired, then ambiguous again": repaired_then_ambiguous_again,
     "held, released": released,
     "held, discarded": discarded,
     "held, rides a restore": held_resumed,
@@ -318,3 +335,22 @@ def test_a_runner_failure_copy_after_its_retry_in_place_committed_changes_nothin
     answers = _late(prefix, prefix[2], then)
     assert answers["a1"] == (Verdict.RECORDED, Reason.ACCEPTED, False)
     assert answers["n1"] == (Verdict.RECORDED, Reason.ACCEPTED, False)
+
+
+def test_a_repair_copy_does_not_resolve_a_newer_incident_of_the_same_intent() -> None:
+    """Before: a copy of the ACCEPT_ABSENT repair, folded after the APPEND_ONCE attempt it led
+    to landed partly as well, marked that attempt absent unseen, and the next resume was told
+    APPEND_ONCE over a batch half in the Session (a duplicate item)."""
+    prefix, then = repaired_then_ambiguous_again()
+    answers = _late(prefix, prefix[2], then)
+    assert answers["x1"] == (Verdict.REJECTED, Reason.STALE_CHECKPOINT, False)
+    assert answers["q2"] == (Verdict.WITHHELD, Reason.SESSION_AMBIGUOUS, False)
+
+
+def test_a_repair_stamped_after_the_incident_still_repairs() -> None:
+    prefix, _ = repaired_then_ambiguous_again()
+    later = repair("x2", RepairResolution.ACCEPT_COMMITTED, t=400_000)
+    after = resume("q2", record([A, B], [U]), [U, A, B], runner="r3", t=500_000)
+    answers = {d.decision_id: (d.verdict, d.reason) for d in replay([*prefix, later, after])}
+    assert answers["x2"] == (Verdict.RECORDED, Reason.REPAIRED)
+    assert answers["q2"][0] is Verdict.CONTINUE
