@@ -29,6 +29,9 @@ class Rebalancing(CommitLoop):
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self._settle_commit()  # a commit in flight finishes first (COMMIT_PROTOCOL, Overlap)
         self.metrics.rebalances.labels(kind="assign").inc()
+        if self._rejoin_requested:  # that commit failed: these clients go, restore nothing
+            log.warning("partitions assigned to clients that are rejoining: not restored")
+            return
         self.metrics.set_ready(False)
         complete, incomplete = self.owned.add(partitions)
         if incomplete:

@@ -267,13 +267,16 @@ def test_crash_between_step_5_and_step_6(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 class _InFlightConsumer(FakeConsumer):
-    """Rebalances (revoke + assign) or loses its partitions from inside consume() while a
-    commit is in flight, the moment librdkafka would run the callbacks in the loop's poll."""
+    """Rebalances (revoke + assign) or loses its partitions from inside consume(), the moment
+    librdkafka would run the callbacks in the loop's poll: `rebalance` and `lost` while a
+    commit is in flight (overlapped only), `lost at fault` at the first consume after the
+    injected fault fired (waiting and overlapped; the failed commit may still be in flight)."""
 
     def __init__(self, clients: _InFlightClients) -> None:
         super().__init__(clients.broker, lambda: clients.on_idle(), clients.batch)
         self.clients = clients
         self.lost: Any = None
+        self.was_lost = False
 
     def subscribe(
         self, topics: list[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None
@@ -283,16 +286,24 @@ class _InFlightConsumer(FakeConsumer):
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         clients = self.clients
-        txn = clients.engine._txn if clients.engine is not None else None
-        in_flight = txn is not None and txn.in_flight
-        if self.positions is not None and in_flight and clients.count[0] < 3:
+        if self.was_lost:  # the engine must rejoin with new clients after a lost assignment
+            clients.reused_after_lost += 1
+        if self.positions is not None and self._now(clients):
             clients.count[0] += 1
-            if clients.mode == "lost":
+            if clients.mode == "rebalance":
+                self.rebalance()
+            else:
                 self.lost(self, [TopicPartition(t, p) for t, p in sorted(self.positions)])
-                self.positions = None  # the next consume is a fresh assignment
+                self.positions, self.was_lost = None, True
                 return []
-            self.rebalance()
         return super().consume(num_messages, timeout)
+
+    @staticmethod
+    def _now(clients: _InFlightClients) -> bool:
+        if clients.mode == "lost at fault":
+            return clients.broker.faults.fired > 0 and clients.count[0] == 0
+        txn = clients.engine._txn if clients.engine is not None else None
+        return txn is not None and txn.in_flight and clients.count[0] < 3
 
 
 class _InFlightClients(FakeClients):
@@ -300,25 +311,28 @@ class _InFlightClients(FakeClients):
         super().__init__(broker)
         self.mode, self.count = mode, count
         self.engine: Engine | None = None
+        self.reused_after_lost = 0
 
     def consumer(self, settings: Settings) -> ConsumerLike:
         return _InFlightConsumer(self)
 
 
-@pytest.mark.parametrize("mode", ["rebalance", "lost"])
+@pytest.mark.parametrize("mode", ["rebalance", "lost", "lost at fault"])
 @pytest.mark.parametrize("kind", [k for k in KINDS if k != "hang"])
 @pytest.mark.parametrize("step", STEPS)
 def test_rebalance_while_a_commit_is_in_flight(
     step: str, kind: str, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The rebalance callbacks must settle the commit the worker is running before they touch
-    the tasks (with `_settle_commit` a no-op, 28 of these cases fail); waiting for each commit,
-    none is ever in flight when consume() runs."""
+    the tasks (with `_settle_commit` a no-op, 28 of the first two modes fail); waiting for
+    each commit, none is ever in flight when consume() runs. A lost assignment commits
+    nothing more and rejoins with new clients, whatever the fault left behind."""
     settings = _settings(tmp_path)
     faults = Faults(step=step, kind=kind, skip=_skip(step))
     broker = _broker(settings, faults)
     _persist_hits(monkeypatch, faults)
     count = [0]
+    reused = 0
     for _ in range(5):
         clients = _InFlightClients(broker, mode, count)
         engine = clients.engine = Engine(settings, clients=clients)
@@ -329,8 +343,15 @@ def test_rebalance_while_a_commit_is_in_flight(
             for task in engine.tasks.values():
                 task.store.abandon()
             continue
+        finally:
+            reused += clients.reused_after_lost
         if _done(broker, settings):
             break
     assert _done(broker, settings), "inputs still uncommitted after 5 engine processes"
-    assert (count[0] > 0) is OVERLAP["overlap"]
+    assert faults.fired == 1, f"{step} was never reached"
+    if mode == "lost at fault":
+        assert count[0] == 1, "the assignment was never lost after the fault"
+    else:
+        assert (count[0] > 0) is OVERLAP["overlap"]
+    assert reused == 0, "a consumer was used again after its assignment was lost"
     _check_replay(broker, settings)
