@@ -317,6 +317,38 @@ class _InFlightClients(FakeClients):
         return _InFlightConsumer(self)
 
 
+def _worker_waits_for_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps 4-5 of an overlapped commit start only once the loop waits for the worker
+    (`finish_commit`, or `abandon_commit` when it leaves with an exception): a callback that
+    touched the producer or the tasks before settling the commit then does so before the
+    worker even flushed, in every run, not only when the thread scheduler happens to let it."""
+    gate = threading.Event()
+    start, finish = Transaction.start_commit, Transaction.finish_commit
+    abandon, steps = Transaction.abandon_commit, Transaction._steps_4_5
+
+    def start_commit(self: Transaction, *args: Any) -> None:
+        gate.clear()
+        start(self, *args)
+
+    def finish_commit(self: Transaction) -> None:
+        gate.set()
+        finish(self)
+
+    def abandon_commit(self: Transaction) -> None:
+        gate.set()
+        abandon(self)
+
+    def steps_4_5(self: Transaction, *args: Any) -> None:
+        if threading.current_thread().name == "commit":  # the worker, not a waited commit
+            gate.wait()
+        steps(self, *args)
+
+    monkeypatch.setattr(Transaction, "start_commit", start_commit)
+    monkeypatch.setattr(Transaction, "finish_commit", finish_commit)
+    monkeypatch.setattr(Transaction, "abandon_commit", abandon_commit)
+    monkeypatch.setattr(Transaction, "_steps_4_5", steps_4_5)
+
+
 @pytest.mark.parametrize("mode", ["rebalance", "lost", "lost at fault"])
 @pytest.mark.parametrize("kind", [k for k in KINDS if k != "hang"])
 @pytest.mark.parametrize("step", STEPS)
@@ -331,6 +363,7 @@ def test_rebalance_while_a_commit_is_in_flight(
     faults = Faults(step=step, kind=kind, skip=_skip(step))
     broker = _broker(settings, faults)
     _persist_hits(monkeypatch, faults)
+    _worker_waits_for_the_loop(monkeypatch)
     count = [0]
     reused = 0
     for _ in range(5):
