@@ -58,6 +58,7 @@ class Rebalancing(CommitLoop):
             started - asked,
         )
         self.owned.start_at(committed)
+        self._claim(consumer, committed, complete)
         # A process can hold every partition: each task gets its share of the memory bounds.
         share = self.settings.partitions
         cache_kib = self.settings.store_cache_mb * 1024 // share
@@ -108,6 +109,27 @@ class Rebalancing(CommitLoop):
                 time.monotonic() - asked,
                 report.lookup_s,
             )
+
+    def _claim(self, consumer: Any, committed: list[TopicPartition], tasks: list[int]) -> None:
+        """A0's other half (COMMIT_PROTOCOL.md, "The claim"): before its first transaction on
+        these partitions, this instance's id goes into their committed offsets' metadata, the
+        offsets unchanged, so that if it dies inside that transaction the next owner's A0
+        finds it. A plain, synchronous commit: it is never pending, and it has landed before
+        any transaction of ours begins. Any failure rejoins (the same generation must not
+        see a claim land after one of our transactional commits)."""
+        own = self.owned.metadata
+        claims = [
+            TopicPartition(tp.topic, tp.partition, max(tp.offset, 0), metadata=own)
+            for tp in committed
+            if tp.metadata != own
+        ]
+        if own is None or not claims:
+            return
+        try:
+            with self.watchdog.guard(f"{Step.FENCE_PREVIOUS_OWNER} claim", self.budget_s, tasks):
+                consumer.commit(offsets=claims, asynchronous=False)
+        except KafkaException as exc:
+            raise RejoinError(f"step A0: the claim of partitions {tasks} failed: {exc}") from exc
 
     def _restore_progress(self) -> None:
         self.watchdog.renew()
