@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaException, TopicPartition
 
 from engine.runtime.commit_loop import CommitLoop
 from engine.runtime.protocol import Step
@@ -57,6 +57,9 @@ class Rebalancing(CommitLoop):
             complete,
             started - asked,
         )
+        unread = [f"{tp.topic}/{tp.partition}: {tp.error}" for tp in committed if tp.error]
+        if unread:  # read as "nothing committed", it would fold these partitions from 0 again
+            raise RejoinError(f"step A1: committed offsets not read: {', '.join(unread)}")
         self.owned.start_at(committed)
         self._claim(consumer, committed, complete)
         # A process can hold every partition: each task gets its share of the memory bounds.
@@ -121,7 +124,7 @@ class Rebalancing(CommitLoop):
         claims = [
             TopicPartition(tp.topic, tp.partition, max(tp.offset, 0), metadata=own)
             for tp in committed
-            if tp.metadata != own
+            if tp.metadata != own and (tp.offset >= 0 or tp.offset == OFFSET_INVALID)
         ]
         if own is None or not claims:
             return

@@ -11,10 +11,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from engine.core.events import Decision
 from engine.runtime import commit_loop
@@ -389,3 +390,59 @@ def test_rebalance_while_a_commit_is_in_flight(
         assert (count[0] > 0) is OVERLAP["overlap"]
     assert reused == 0, "a consumer was used again after its assignment was lost"
     _check_replay(broker, settings)
+
+
+class _UnreadOffsetClients(FakeClients):
+    """The second assignment's committed-offset read fails for one partition (an error in
+    that partition's entry, the call itself returning)."""
+
+    def __init__(self, broker: FakeBroker) -> None:
+        super().__init__(broker)
+        self.reads = 0
+
+    def consumer(self, settings: Settings) -> ConsumerLike:
+        clients = self
+
+        class Consumer(FakeConsumer):
+            def committed(
+                self, partitions: list[TopicPartition], timeout: float = -1
+            ) -> list[TopicPartition]:
+                out = super().committed(partitions, timeout)
+                clients.reads += 1
+                if clients.reads == 2:  # TopicPartition's error cannot be set from Python
+                    error = KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+                    unread = SimpleNamespace(
+                        topic=out[0].topic,
+                        partition=out[0].partition,
+                        offset=-1001,
+                        metadata=None,
+                        error=error,
+                    )
+                    out[0] = cast(TopicPartition, unread)
+                return out
+
+        return Consumer(self.broker, lambda: self.on_idle(), self.batch)
+
+
+def test_a1_with_a_partition_unread_rejoins_instead_of_folding_it_from_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read as "nothing committed", the partition would be folded again from offset 0 and
+    every input on it answered twice."""
+    settings = _settings(tmp_path)
+    broker = _broker(settings, Faults(step="persist", kind="crash", skip=1))
+    _persist_hits(monkeypatch, broker.faults)
+    clients = _UnreadOffsetClients(broker)
+    for _ in range(5):
+        engine = Engine(settings, clients=clients)
+        clients.on_idle = _stop_when_folded(engine)
+        try:
+            engine.run()
+        except Crash:
+            for task in engine.tasks.values():
+                task.store.abandon()
+            continue
+        if _done(broker, settings):
+            break
+    _check_replay(broker, settings)
+    assert clients.reads >= 3, "the unread assignment was not retried"
