@@ -358,9 +358,12 @@ def test_rebalance_while_a_commit_is_in_flight(
     step: str, kind: str, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The rebalance callbacks must settle the commit the worker is running before they touch
-    the tasks (with `_settle_commit` a no-op, 28 of the first two modes fail); waiting for
-    each commit, none is ever in flight when consume() runs. A lost assignment commits
-    nothing more and rejoins with new clients, whatever the fault left behind."""
+    the tasks; waiting for each commit, none is ever in flight when consume() runs. A lost
+    assignment commits nothing more and rejoins with new clients, whatever the fault left
+    behind. Mutations and the cases that fail (of 216): `_settle_commit` a no-op 72 (every
+    overlapped rebalance and lost case); no settle in `on_lost` only 36; no rejoin after a
+    lost assignment 108; `_consume` calling consume() again after a callback asked for a
+    rejoin 72 (every "lost at fault" case)."""
     settings = _settings(tmp_path)
     faults = Faults(step=step, kind=kind, skip=_skip(step))
     broker = _broker(settings, faults)
