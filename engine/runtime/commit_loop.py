@@ -186,14 +186,16 @@ class CommitLoop(EngineState):
             self.trimmer.maybe_trim(time.monotonic())
             self._progress()
 
-    @staticmethod
-    def _consume(consumer: ConsumerLike, wait_s: float) -> tuple[list[Message], bool]:
+    def _consume(self, consumer: ConsumerLike, wait_s: float) -> tuple[list[Message], bool]:
         """What librdkafka has queued; if nothing, wait up to `wait_s` for the first record
-        (consume(n) would wait for all n). True with it when the local queue was drained."""
+        (consume(n) would wait for all n). True with it when the local queue was drained.
+        No second call once a callback asked for a rejoin: after a lost assignment librdkafka
+        rejoins on its own, and the next consume() would run on_assign (A0-A2, a restore) for
+        clients the loop is about to drop."""
         messages = consumer.consume(CONSUME_BATCH, timeout=0)
-        if not messages:
+        if not messages and not self._rejoin_requested:
             messages = consumer.consume(1, timeout=wait_s)
-            if messages:
+            if messages and not self._rejoin_requested:
                 messages += consumer.consume(CONSUME_BATCH - 1, timeout=0)
         return messages, len(messages) < CONSUME_BATCH
 

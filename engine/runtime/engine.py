@@ -94,6 +94,9 @@ class Engine(Rebalancing):
                     break
             self._progress()  # trying to start counts: a restart would not reach Kafka sooner
             self._committed_since_rejoin = False
+            # a callback's request that the old clients never got to act on (an exception
+            # left the loop first) is not the new clients' business
+            self._rejoin_requested = False
             try:
                 consumer, txn = self._create_clients()
             except (KafkaException, RejoinError, AbortableError) as exc:

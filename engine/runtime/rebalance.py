@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaException, TopicPartition
 
 from engine.runtime.commit_loop import CommitLoop
 from engine.runtime.protocol import Step
@@ -29,6 +29,9 @@ class Rebalancing(CommitLoop):
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self._settle_commit()  # a commit in flight finishes first (COMMIT_PROTOCOL, Overlap)
         self.metrics.rebalances.labels(kind="assign").inc()
+        if self._rejoin_requested:  # that commit failed: these clients go, restore nothing
+            log.warning("partitions assigned to clients that are rejoining: not restored")
+            return
         self.metrics.set_ready(False)
         complete, incomplete = self.owned.add(partitions)
         if incomplete:
@@ -54,7 +57,11 @@ class Rebalancing(CommitLoop):
             complete,
             started - asked,
         )
+        unread = [f"{tp.topic}/{tp.partition}: {tp.error}" for tp in committed if tp.error]
+        if unread:  # read as "nothing committed", it would fold these partitions from 0 again
+            raise RejoinError(f"step A1: committed offsets not read: {', '.join(unread)}")
         self.owned.start_at(committed)
+        self._claim(consumer, committed, complete)
         # A process can hold every partition: each task gets its share of the memory bounds.
         share = self.settings.partitions
         cache_kib = self.settings.store_cache_mb * 1024 // share
@@ -105,6 +112,27 @@ class Rebalancing(CommitLoop):
                 time.monotonic() - asked,
                 report.lookup_s,
             )
+
+    def _claim(self, consumer: Any, committed: list[TopicPartition], tasks: list[int]) -> None:
+        """A0's other half (COMMIT_PROTOCOL.md, "The claim"): before its first transaction on
+        these partitions, this instance's id goes into their committed offsets' metadata, the
+        offsets unchanged, so that if it dies inside that transaction the next owner's A0
+        finds it. A plain, synchronous commit: it is never pending, and it has landed before
+        any transaction of ours begins. Any failure rejoins (the same generation must not
+        see a claim land after one of our transactional commits)."""
+        own = self.owned.metadata
+        claims = [
+            TopicPartition(tp.topic, tp.partition, max(tp.offset, 0), metadata=own)
+            for tp in committed
+            if tp.metadata != own and (tp.offset >= 0 or tp.offset == OFFSET_INVALID)
+        ]
+        if own is None or not claims:
+            return
+        try:
+            with self.watchdog.guard(f"{Step.FENCE_PREVIOUS_OWNER} claim", self.budget_s, tasks):
+                consumer.commit(offsets=claims, asynchronous=False)
+        except KafkaException as exc:
+            raise RejoinError(f"step A0: the claim of partitions {tasks} failed: {exc}") from exc
 
     def _restore_progress(self) -> None:
         self.watchdog.renew()

@@ -15,7 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from engine.core.events import Binding, Decision, ResumeEvent
@@ -120,7 +125,7 @@ group_metadata = Consumer({"bootstrap.servers": bootstrap, "group.id": group}
                           ).consumer_group_metadata()
 offsets = [TopicPartition(t, int(p), 0, metadata=metadata)
            for t, p in (i.rsplit(":", 1) for i in inputs)]
-for last in (False, True):
+for last in ((True,) if os.environ.get("FIRST") else (False, True)):  # FIRST: no commit before
     producer.begin_transaction()
     producer.send_offsets_to_transaction(offsets, group_metadata, 30)
     if not last:
@@ -266,3 +271,66 @@ def test_a_killed_instances_partitions_answer_again_before_its_transaction_timeo
     survivor_log = (tmp_path / "b.log").read_text()
     victim = transactional_id(instances[0])
     assert f"fenced ['{victim}']" in survivor_log, "step A0 did not fence the killed instance"
+
+
+def _committed_owners(settings: Settings) -> dict[str, str | None]:
+    """The offset metadata of every input partition's last stable commit (None: none)."""
+    admin = AdminClient(settings.client_config())
+    wanted = [
+        TopicPartition(t, p) for t in settings.topics.inputs for p in range(settings.partitions)
+    ]
+    request = ConsumerGroupTopicPartitions(settings.group_id, wanted)
+    result = admin.list_consumer_group_offsets([request])[settings.group_id].result(10)
+    return {f"{tp.topic}:{tp.partition}": tp.metadata or None for tp in result.topic_partitions}
+
+
+@pytest.mark.timeout(180)
+def test_an_owner_that_dies_inside_its_first_transaction_is_fenced(
+    kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    """A0's blind spot, closed by the claim: an instance assigned partitions that nobody has
+    committed with its id yet names itself in their committed offsets before its first
+    transaction. It dies inside that transaction (offsets pending, decisions written); the
+    next owner fences it instead of waiting for its transaction timeout."""
+    base = engine_settings(kafka_bootstrap, unique_name, tmp_path / "state", **FAILOVER)
+    victim, survivor = (
+        base.model_copy(update={"instance_id": n, "state_dir": tmp_path / n}) for n in ("v", "s")
+    )
+    proc = EngineProcess(victim, tmp_path / "v.log").start()
+    try:
+        deadline = time.monotonic() + 60
+        while "step A2" not in (tmp_path / "v.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        owners = _committed_owners(base)
+    finally:
+        proc.kill_all()  # no input yet: it never began a transaction
+    # the claim landed before any transaction: every input partition names the victim
+    assert set(owners.values()) == {owner_metadata(victim)}, owners
+    inputs = [f"{t}:{p}" for t in base.topics.inputs for p in range(base.partitions)]
+    opened = time.monotonic()
+    zombie = subprocess.run(  # the victim's first transaction, under its id, left open
+        [
+            *(sys.executable, "-c", ZOMBIE, kafka_bootstrap, base.group_id),
+            *(transactional_id(victim), owner_metadata(victim), base.topics.decisions, *inputs),
+        ],
+        env=os.environ | {"TXN_TIMEOUT_MS": str(base.transaction_timeout_ms), "FIRST": "1"},
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    assert zombie.stdout.strip() == b"open", zombie.stderr
+    probes = _probes(base, "after-first")
+    engine = EngineProcess(survivor, tmp_path / "s.log").start()
+    try:
+        produce(kafka_bootstrap, base, probes)
+        budget_s = base.transaction_timeout_ms / 1000
+        answered = _wait_answers(kafka_bootstrap, base, {p.event_id for p in probes}, budget_s)
+    finally:
+        engine.kill_all()
+    print(
+        f"first-transaction failover: every partition answered {answered - opened:.1f} s "
+        f"after the victim's transaction opened"
+    )
+    log = (tmp_path / "s.log").read_text()
+    assert f"fenced ['{transactional_id(victim)}']" in log, "A0 did not fence the victim"
+    assert answered - opened < budget_s

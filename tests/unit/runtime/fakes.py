@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -23,7 +23,7 @@ from engine.settings import Settings
 from engine.wire.partitioner import partition_for
 
 KINDS = ("retriable", "abortable", "fatal", "fenced", "hang")
-STEPS = ("A1", "A2", "begin", "produce", "flush", "offsets", "commit", "persist")
+STEPS = ("claim", "A1", "A2", "begin", "produce", "flush", "offsets", "commit", "persist")
 
 
 class Crash(BaseException):
@@ -78,6 +78,7 @@ class FakeBroker:
         self.faults = faults or Faults()
         self.logs: dict[str, list[list[Record]]] = {}
         self.offsets: dict[tuple[str, int], int] = {}
+        self.metadata: dict[tuple[str, int], str | None] = {}  # of the last commit of each
         self.epoch = 0
         self.clients_created = 0
         self.aborts = 0
@@ -169,6 +170,7 @@ class FakeProducer:
             self.broker.log(topic, p).append(record)
         for tp in self.offsets:
             self.broker.offsets[(tp.topic, tp.partition)] = tp.offset
+            self.broker.metadata[(tp.topic, tp.partition)] = tp.metadata
         self.queued, self.offsets = [], []
 
     def abort_transaction(self, timeout: float = -1) -> None:
@@ -241,12 +243,25 @@ class FakeConsumer:
         self, partitions: list[TopicPartition], timeout: float = -1
     ) -> list[TopicPartition]:
         self.broker.faults.hit("A1")
-        return [
-            TopicPartition(
-                tp.topic, tp.partition, self.broker.offsets.get((tp.topic, tp.partition), -1001)
-            )
-            for tp in partitions
-        ]
+        out = []
+        for tp in partitions:
+            at = (tp.topic, tp.partition)
+            offset, metadata = self.broker.offsets.get(at, -1001), self.broker.metadata.get(at)
+            if metadata is None:
+                out.append(TopicPartition(tp.topic, tp.partition, offset))
+            else:
+                out.append(TopicPartition(tp.topic, tp.partition, offset, metadata=metadata))
+        return out
+
+    def commit(
+        self, *, offsets: list[TopicPartition], asynchronous: Literal[False]
+    ) -> list[TopicPartition]:
+        """A plain offset commit (A0's claim): offsets and their metadata, at once."""
+        self.broker.faults.hit("claim")
+        for tp in offsets:
+            self.broker.offsets[(tp.topic, tp.partition)] = tp.offset
+            self.broker.metadata[(tp.topic, tp.partition)] = tp.metadata
+        return offsets
 
     def seek(self, partition: TopicPartition) -> None:
         assert self.positions is not None

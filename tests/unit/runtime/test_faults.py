@@ -11,10 +11,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from engine.core.events import Decision
 from engine.runtime import commit_loop
@@ -98,9 +99,10 @@ def _persist_hits(monkeypatch: pytest.MonkeyPatch, faults: Faults) -> None:
 
 
 def _skip(step: str) -> int:
-    """A1 and A2 run once per assignment; other steps fail on their second call, when a
-    transaction has already committed and state exists."""
-    return 0 if step in ("A1", "A2") else 1
+    """A1, A2 and A0's claim run once per assignment (the claim only while the committed
+    offsets name another owner); other steps fail on their second call, when a transaction
+    has already committed and state exists."""
+    return 0 if step in ("claim", "A1", "A2") else 1
 
 
 def _done(broker: FakeBroker, settings: Settings) -> bool:
@@ -234,8 +236,8 @@ def test_a_call_that_never_returns_is_cut_by_the_watchdog(
     )
     thread.start()
     assert faults.hung.wait(60), f"{step} was never reached"
-    names = {"A1": "A1", "A2": "A2", "begin": "1", "produce": "2 fold", "flush": "4 flush"}
-    names |= {"offsets": "4 send_offsets", "commit": "5", "persist": "6"}
+    names = {"claim": "A0 claim", "A1": "A1", "A2": "A2", "begin": "1", "produce": "2 fold"}
+    names |= {"flush": "4 flush", "offsets": "4 send_offsets", "commit": "5", "persist": "6"}
     # Overlapped, the loop may still fold ahead while the worker hangs: the hung call's guard
     # is the innermost once the loop waits for the worker.
     until = time.monotonic() + 60
@@ -267,13 +269,16 @@ def test_crash_between_step_5_and_step_6(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 class _InFlightConsumer(FakeConsumer):
-    """Rebalances (revoke + assign) or loses its partitions from inside consume() while a
-    commit is in flight, the moment librdkafka would run the callbacks in the loop's poll."""
+    """Rebalances (revoke + assign) or loses its partitions from inside consume(), the moment
+    librdkafka would run the callbacks in the loop's poll: `rebalance` and `lost` while a
+    commit is in flight (overlapped only), `lost at fault` at the first consume after the
+    injected fault fired (waiting and overlapped; the failed commit may still be in flight)."""
 
     def __init__(self, clients: _InFlightClients) -> None:
         super().__init__(clients.broker, lambda: clients.on_idle(), clients.batch)
         self.clients = clients
         self.lost: Any = None
+        self.was_lost = False
 
     def subscribe(
         self, topics: list[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None
@@ -283,16 +288,24 @@ class _InFlightConsumer(FakeConsumer):
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         clients = self.clients
-        txn = clients.engine._txn if clients.engine is not None else None
-        in_flight = txn is not None and txn.in_flight
-        if self.positions is not None and in_flight and clients.count[0] < 3:
+        if self.was_lost:  # the engine must rejoin with new clients after a lost assignment
+            clients.reused_after_lost += 1
+        if self.positions is not None and self._now(clients):
             clients.count[0] += 1
-            if clients.mode == "lost":
+            if clients.mode == "rebalance":
+                self.rebalance()
+            else:
                 self.lost(self, [TopicPartition(t, p) for t, p in sorted(self.positions)])
-                self.positions = None  # the next consume is a fresh assignment
+                self.positions, self.was_lost = None, True
                 return []
-            self.rebalance()
         return super().consume(num_messages, timeout)
+
+    @staticmethod
+    def _now(clients: _InFlightClients) -> bool:
+        if clients.mode == "lost at fault":
+            return clients.broker.faults.fired > 0 and clients.count[0] == 0
+        txn = clients.engine._txn if clients.engine is not None else None
+        return txn is not None and txn.in_flight and clients.count[0] < 3
 
 
 class _InFlightClients(FakeClients):
@@ -300,25 +313,64 @@ class _InFlightClients(FakeClients):
         super().__init__(broker)
         self.mode, self.count = mode, count
         self.engine: Engine | None = None
+        self.reused_after_lost = 0
 
     def consumer(self, settings: Settings) -> ConsumerLike:
         return _InFlightConsumer(self)
 
 
-@pytest.mark.parametrize("mode", ["rebalance", "lost"])
+def _worker_waits_for_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps 4-5 of an overlapped commit start only once the loop waits for the worker
+    (`finish_commit`, or `abandon_commit` when it leaves with an exception): a callback that
+    touched the producer or the tasks before settling the commit then does so before the
+    worker even flushed, in every run, not only when the thread scheduler happens to let it."""
+    gate = threading.Event()
+    start, finish = Transaction.start_commit, Transaction.finish_commit
+    abandon, steps = Transaction.abandon_commit, Transaction._steps_4_5
+
+    def start_commit(self: Transaction, *args: Any) -> None:
+        gate.clear()
+        start(self, *args)
+
+    def finish_commit(self: Transaction) -> None:
+        gate.set()
+        finish(self)
+
+    def abandon_commit(self: Transaction) -> None:
+        gate.set()
+        abandon(self)
+
+    def steps_4_5(self: Transaction, *args: Any) -> None:
+        if threading.current_thread().name == "commit":  # the worker, not a waited commit
+            gate.wait()
+        steps(self, *args)
+
+    monkeypatch.setattr(Transaction, "start_commit", start_commit)
+    monkeypatch.setattr(Transaction, "finish_commit", finish_commit)
+    monkeypatch.setattr(Transaction, "abandon_commit", abandon_commit)
+    monkeypatch.setattr(Transaction, "_steps_4_5", steps_4_5)
+
+
+@pytest.mark.parametrize("mode", ["rebalance", "lost", "lost at fault"])
 @pytest.mark.parametrize("kind", [k for k in KINDS if k != "hang"])
 @pytest.mark.parametrize("step", STEPS)
 def test_rebalance_while_a_commit_is_in_flight(
     step: str, kind: str, mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The rebalance callbacks must settle the commit the worker is running before they touch
-    the tasks (with `_settle_commit` a no-op, 28 of these cases fail); waiting for each commit,
-    none is ever in flight when consume() runs."""
+    the tasks; waiting for each commit, none is ever in flight when consume() runs. A lost
+    assignment commits nothing more and rejoins with new clients, whatever the fault left
+    behind. Mutations and the cases that fail (of 216): `_settle_commit` a no-op 72 (every
+    overlapped rebalance and lost case); no settle in `on_lost` only 36; no rejoin after a
+    lost assignment 108; `_consume` calling consume() again after a callback asked for a
+    rejoin 72 (every "lost at fault" case)."""
     settings = _settings(tmp_path)
     faults = Faults(step=step, kind=kind, skip=_skip(step))
     broker = _broker(settings, faults)
     _persist_hits(monkeypatch, faults)
+    _worker_waits_for_the_loop(monkeypatch)
     count = [0]
+    reused = 0
     for _ in range(5):
         clients = _InFlightClients(broker, mode, count)
         engine = clients.engine = Engine(settings, clients=clients)
@@ -329,8 +381,71 @@ def test_rebalance_while_a_commit_is_in_flight(
             for task in engine.tasks.values():
                 task.store.abandon()
             continue
+        finally:
+            reused += clients.reused_after_lost
         if _done(broker, settings):
             break
     assert _done(broker, settings), "inputs still uncommitted after 5 engine processes"
-    assert (count[0] > 0) is OVERLAP["overlap"]
+    assert faults.fired == 1, f"{step} was never reached"
+    if mode == "lost at fault":
+        assert count[0] == 1, "the assignment was never lost after the fault"
+    else:
+        assert (count[0] > 0) is OVERLAP["overlap"]
+    assert reused == 0, "a consumer was used again after its assignment was lost"
     _check_replay(broker, settings)
+
+
+class _UnreadOffsetClients(FakeClients):
+    """The second assignment's committed-offset read fails for one partition (an error in
+    that partition's entry, the call itself returning)."""
+
+    def __init__(self, broker: FakeBroker) -> None:
+        super().__init__(broker)
+        self.reads = 0
+
+    def consumer(self, settings: Settings) -> ConsumerLike:
+        clients = self
+
+        class Consumer(FakeConsumer):
+            def committed(
+                self, partitions: list[TopicPartition], timeout: float = -1
+            ) -> list[TopicPartition]:
+                out = super().committed(partitions, timeout)
+                clients.reads += 1
+                if clients.reads == 2:  # TopicPartition's error cannot be set from Python
+                    error = KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+                    unread = SimpleNamespace(
+                        topic=out[0].topic,
+                        partition=out[0].partition,
+                        offset=-1001,
+                        metadata=None,
+                        error=error,
+                    )
+                    out[0] = cast(TopicPartition, unread)
+                return out
+
+        return Consumer(self.broker, lambda: self.on_idle(), self.batch)
+
+
+def test_a1_with_a_partition_unread_rejoins_instead_of_folding_it_from_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read as "nothing committed", the partition would be folded again from offset 0 and
+    every input on it answered twice."""
+    settings = _settings(tmp_path)
+    broker = _broker(settings, Faults(step="persist", kind="crash", skip=1))
+    _persist_hits(monkeypatch, broker.faults)
+    clients = _UnreadOffsetClients(broker)
+    for _ in range(5):
+        engine = Engine(settings, clients=clients)
+        clients.on_idle = _stop_when_folded(engine)
+        try:
+            engine.run()
+        except Crash:
+            for task in engine.tasks.values():
+                task.store.abandon()
+            continue
+        if _done(broker, settings):
+            break
+    _check_replay(broker, settings)
+    assert clients.reads >= 3, "the unread assignment was not retried"
