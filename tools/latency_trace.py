@@ -76,22 +76,35 @@ def segments(row: dict[str, str], read_at: float, event_time: float) -> dict[str
     }
 
 
-def breakdown(path: Path, answers: dict[str, tuple[float, float]]) -> Breakdown | None:
-    """`answers`: session -> (read at, event time) from the bench client."""
+Row = dict[str, float]
+
+
+def traced(path: Path, answers: dict[str, tuple[float, float]]) -> list[Row]:
+    """Each answered resume's segments; `answers`: session -> (read at, event time) from the
+    bench client."""
     if not path.exists():
-        return None
-    rows: list[dict[str, float]] = []
+        return []
+    rows: list[Row] = []
     with path.open(encoding="utf-8") as lines:
         for row in csv.DictReader(lines):
             answer = answers.get(row["session"])
             if answer is not None and row["topic"].endswith("resumes"):
                 rows.append(segments(row, *answer))
+    return rows
+
+
+def breakdown(path: Path, answers: dict[str, tuple[float, float]]) -> Breakdown | None:
+    return summarize(traced(path, answers))
+
+
+def summarize(rows: list[Row]) -> Breakdown | None:
+    """Medians over all rows and over the slowest 1% (several runs' rows may be pooled)."""
     if not rows:
         return None
-    rows.sort(key=lambda r: sum(r.values()))
+    rows = sorted(rows, key=lambda r: sum(r.values()))
     slow = rows[-max(1, len(rows) // 100) :]
 
-    def medians(of: list[dict[str, float]]) -> dict[str, float]:
+    def medians(of: list[Row]) -> dict[str, float]:
         return {s: statistics.median(r[s] for r in of) for s in SEGMENTS}
 
     return Breakdown(

@@ -36,6 +36,10 @@ class LatencyTrace:
             self._out.write(HEADER)
         self._arrived: dict[Key, tuple[float, float, float]] = {}
         self._folded: list[str] = []
+        # An overlapped commit's lines (`seal`): what is folded ahead while it runs belongs to
+        # the next transaction, and must not be stamped with this one's commit.
+        self._sealed: list[str] = []
+        self._sealed_commit_ms = 0.0
         self.poll_ms = 0.0
         self.consumed_ms = 0.0
         self.released_ms = 0.0
@@ -69,16 +73,29 @@ class LatencyTrace:
             f"{self.released_ms:.1f},{self.now():.1f}"
         )
 
-    def committed(self, flushed_ms: float) -> None:
-        """The open transaction committed now; `flushed_ms`: when its flush returned."""
-        tail = f",{self.commit_ms:.1f},{flushed_ms:.1f},{self.now():.1f}\n"
-        self._out.writelines(line + tail for line in self._folded)
+    def seal(self) -> None:
+        """Steps 4-5 of the open transaction go to the worker (overlap): its lines so far are
+        the ones `committed(sealed=True)` writes."""
+        self._sealed, self._folded = self._folded, []
+        self._sealed_commit_ms = self.commit_ms
+
+    def committed(
+        self, flushed_ms: float, committed_ms: float | None = None, *, sealed: bool = False
+    ) -> None:
+        """A transaction committed (at `committed_ms`, default now); `flushed_ms`: when its
+        flush returned. `sealed`: the overlapped one, else the open one."""
+        done = self.now() if committed_ms is None else committed_ms
+        lines = self._sealed if sealed else self._folded
+        began = self._sealed_commit_ms if sealed else self.commit_ms
+        tail = f",{began:.1f},{flushed_ms:.1f},{done:.1f}\n"
+        self._out.writelines(line + tail for line in lines)
         self._out.flush()
         self._gc_out.flush()
-        self._folded.clear()
+        lines.clear()
 
     def aborted(self) -> None:
         self._folded.clear()
+        self._sealed.clear()
         self._arrived.clear()
 
     def close(self) -> None:
