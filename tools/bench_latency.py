@@ -59,7 +59,7 @@ from tools.bench_kafka import (
     start,
     stop,
 )
-from tools.latency_trace import Breakdown, Row, summarize, traced
+from tools.latency_trace import Breakdown, Traced, summarize, traced
 
 ENGINE, PIPE, PIPE_DRAINED = "engine", "pipe", "pipe-drained"
 BASELINE = "baseline:"  # + the path of another checkout: its engine, for A/B runs
@@ -261,7 +261,7 @@ def run_latency(
     system: str = ENGINE,
     trace: bool = False,
     extra: dict[str, str] | None = None,
-) -> tuple[list[float], Stages, list[Row]]:
+) -> tuple[list[float], Stages, list[Traced]]:
     """End-to-end samples (ms), per stage (p50, p99) in ms, and with `trace` each resume's
     segments (tools/latency_trace.py); `extra`: environment for the engine (settings)."""
     port = free_port()
@@ -405,7 +405,7 @@ def paired(args: argparse.Namespace) -> None:
         systems.append(BASELINE + str(Path(args.baseline).resolve()))
     name = {s: ("baseline" if s.startswith(BASELINE) else s) for s in systems}
     extra = {VARIANT + label: env for label, env in variants.items()}
-    rows: dict[tuple[int, str], list[Row]] = defaultdict(list)
+    rows: dict[tuple[int, str], list[Traced]] = defaultdict(list)
     print(
         f"latency, paired: {', '.join(name[s] for s in systems)} (1 process each), "
         f"{args.partitions} partitions, commit every {args.commit_ms} ms, {args.seconds} s per "
@@ -427,7 +427,7 @@ def paired(args: argparse.Namespace) -> None:
             system,
             extra=extra.get(system),
         )
-    for n in range(args.rounds):
+    for n in range(args.first_round - 1, args.first_round - 1 + args.rounds):
         for rate in rates:
             order = systems[n % len(systems) :] + systems[: n % len(systems)]
             got: dict[str, tuple[float, float]] = {}
@@ -439,7 +439,7 @@ def paired(args: argparse.Namespace) -> None:
                     rate,
                     args.seconds,
                     system,
-                    args.trace and system not in (PIPE, PIPE_DRAINED),
+                    args.trace and not system.startswith((PIPE, BASELINE)),
                     extra.get(system),
                 )
                 pooled[(rate, system)] += samples
@@ -501,6 +501,12 @@ def main() -> None:
         "--paired", action="store_true", help="the engine against the pipe, rounds interleaved"
     )
     parser.add_argument("--rounds", type=int, default=3, help="with --paired")
+    parser.add_argument(
+        "--first-round",
+        type=int,
+        default=1,
+        help="with --paired: number the rounds from here (which system starts them rotates on)",
+    )
     parser.add_argument("--baseline", help="with --paired: another checkout's engine too (A/B)")
     parser.add_argument(
         "--variant",

@@ -9,8 +9,9 @@ produce and commit.
 One CSV line per folded input, written when its transaction commits (an aborted one writes
 nothing), all times wall clock in ms (the bench compares them with the producer's):
 session, topic, created (the record's timestamp), poll (the consume call that returned it
-began), consumed, released (its batch began to fold), folded (its own fold ended),
-commit (steps 3-5 began), flushed, committed.
+began), consumed, released (its batch began to fold), folded (its own fold ended), ahead (1:
+folded while an overlapped commit ran, its outputs held), commit (steps 3-5 began), flushed,
+committed.
 
 Beside it, `<path>.gc.csv`: every cyclic garbage collection of the process (start, ms taken,
 generation, objects collected), since a pause of the interpreter shows up in the trace only as
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 Key = tuple[str, int, int]  # topic, partition, offset
-HEADER = "session,topic,created,poll,consumed,released,folded,commit,flushed,committed\n"
+HEADER = "session,topic,created,poll,consumed,released,folded,ahead,commit,flushed,committed\n"
 GC_HEADER = "start,ms,generation,collected\n"
 
 
@@ -40,6 +41,7 @@ class LatencyTrace:
         # the next transaction, and must not be stamped with this one's commit.
         self._sealed: list[str] = []
         self._sealed_commit_ms = 0.0
+        self._in_flight = False
         self.poll_ms = 0.0
         self.consumed_ms = 0.0
         self.released_ms = 0.0
@@ -70,7 +72,7 @@ class LatencyTrace:
         created, poll, consumed = self._arrived.pop(key, (0.0, 0.0, 0.0))
         self._folded.append(
             f"{session},{key[0]},{created:.1f},{poll:.1f},{consumed:.1f},"
-            f"{self.released_ms:.1f},{self.now():.1f}"
+            f"{self.released_ms:.1f},{self.now():.1f},{int(self._in_flight)}"
         )
 
     def seal(self) -> None:
@@ -78,6 +80,7 @@ class LatencyTrace:
         the ones `committed(sealed=True)` writes."""
         self._sealed, self._folded = self._folded, []
         self._sealed_commit_ms = self.commit_ms
+        self._in_flight = True
 
     def committed(
         self, flushed_ms: float, committed_ms: float | None = None, *, sealed: bool = False
@@ -92,10 +95,13 @@ class LatencyTrace:
         self._out.flush()
         self._gc_out.flush()
         lines.clear()
+        if sealed:
+            self._in_flight = False
 
     def aborted(self) -> None:
         self._folded.clear()
         self._sealed.clear()
+        self._in_flight = False
         self._arrived.clear()
 
     def close(self) -> None:

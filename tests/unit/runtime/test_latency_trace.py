@@ -88,5 +88,7 @@ def test_an_overlapped_commit_writes_its_own_lines_not_those_folded_ahead(tmp_pa
     trace.committed(flushed_ms=21.0, committed_ms=22.0)
     trace.close()
     with path.open(encoding="utf-8") as lines:
-        rows = [(r["session"], r["commit"], r["committed"]) for r in csv.DictReader(lines)]
-    assert rows == [("s-1", "10.0", "12.0"), ("s-2", "20.0", "22.0")]
+        rows = [
+            (r["session"], r["ahead"], r["commit"], r["committed"]) for r in csv.DictReader(lines)
+        ]
+    assert rows == [("s-1", "0", "10.0", "12.0"), ("s-2", "1", "20.0", "22.0")]
