@@ -174,7 +174,10 @@ class CommitLoop(EngineState):
             due = (time.monotonic() - last_commit) * 1000 >= self.settings.commit_interval_ms
             full = self.owned.folded() >= self.settings.commit_max_events
             if txn.open and (drained or due or full):
-                if self.settings.commit_overlap and not self._stopping:
+                # Overlapped only when records wait behind this commit (a backlog): drained,
+                # nothing is left to fold ahead, and a second thread would only add GIL
+                # hand-offs and shorter, more frequent commits (COMMIT_PROTOCOL "Overlap").
+                if self.settings.commit_overlap and not drained and not self._stopping:
                     self._start_commit(txn)
                 else:
                     self._commit(txn)
