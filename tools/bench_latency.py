@@ -444,6 +444,10 @@ def paired(args: argparse.Namespace) -> None:
                 )
                 pooled[(rate, system)] += samples
                 rows[(rate, system)] += found
+                if args.samples:  # for pooling runs of several invocations
+                    label = name[system].replace(":", "-")
+                    out = Path(args.samples) / f"r{n + 1}-{rate}-{label}.txt"
+                    out.write_text("".join(f"{x:.1f}\n" for x in samples))
                 p50, p99 = percentile(samples, 0.5), percentile(samples, 0.99)
                 if p50 is not None and p99 is not None:
                     got[system] = (p50, p99)
@@ -508,6 +512,7 @@ def main() -> None:
         help="with --paired: number the rounds from here (which system starts them rotates on)",
     )
     parser.add_argument("--baseline", help="with --paired: another checkout's engine too (A/B)")
+    parser.add_argument("--samples", help="with --paired: a folder, each run's latencies into it")
     parser.add_argument(
         "--variant",
         action="append",
