@@ -14,19 +14,22 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-# The compiled hot path (tools/build_compiled.py, ~30 s): mypyc builds the modules listed in
+# The compiled hot path (tools/build_compiled.py, ~2 min of CPU): mypyc builds the modules listed in
 # engine/compiled.py in place; rebuilt when a source or schema changes (RECONCILER_PURE: the
 # build reads the sources, old extensions or none). PURE=1 skips it on purpose (the same
 # sources run uncompiled, about twice the CPU per event).
 # The prerequisites: every module in engine.compiled.COMPILED (read with the system Python, as
 # engine/compiled.py needs only the standard library), so a module added there rebuilds when it
 # changes, and the modules and schemas the compiled ones take their types and Avro code from.
+# The stamp carries the build's start time: a source saved during a build is newer, so the next
+# `make setup` builds again (a stamp touched at the end called that stale build current).
 COMPILED_SOURCES := $(shell $(PYTHON) -c 'from engine.compiled import COMPILED, ROOT, source_path; \
 	print(*(source_path(m).relative_to(ROOT) for m in COMPILED))')
 COMPILED := $(VENV)/.compiled
 $(COMPILED): $(STAMP) tools/build_compiled.py $(wildcard $(COMPILED_SOURCES) engine/*.py engine/core/*.py engine/wire/*.py schemas/*.avsc)
+	@touch $@.start
 	RECONCILER_PURE=1 $(PY) -m tools.build_compiled
-	@touch $@
+	@mv $@.start $@
 
 ifeq ($(PURE),1)
 setup: $(STAMP)

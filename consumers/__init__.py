@@ -3,7 +3,8 @@
 * `ReconcilerClient`: durable intents and acks, and ``resume`` answered by the engine's final
   decision (typed `ResumeOutcome`: `ContinueWithoutReplay`, `AppendOnce`, `Withheld`).
 * `Checkpoint`: the envelope a runner saves (RunState JSON, checkpoint id, write sequence).
-* The openai-agents integration lives in `consumers.agents` (``pip install 'reconciler[agents]'``);
+* The openai-agents integration lives in `consumers.agents` (the ``agents`` extra:
+  ``pip install './reconciler[agents]'`` from a clone);
   importing `consumers` never imports ``agents``.
 
 `ReconcilerClientError` is the root of every exception raised here.

@@ -259,9 +259,24 @@ def build_parser() -> argparse.ArgumentParser:
         "run", help="run the engine in the foreground until SIGTERM, restarting it if it dies"
     )
     _add_common(run)
-    run.add_argument("--instance-id", help="stable id of this instance (transactional id)")
-    run.add_argument("--state-dir", type=Path, help="folder of the local state stores")
-    run.add_argument("--metrics-port", type=int, help="port of /metrics, /healthz, /readyz")
+    defaults = Settings.model_fields
+    run.add_argument(
+        "--instance-id",
+        help="stable id of this instance (transactional id; default: "
+        f"{defaults['instance_id'].default}, or RECONCILER_INSTANCE_ID)",
+    )
+    run.add_argument(
+        "--state-dir",
+        type=Path,
+        help="folder of the local state stores (default: "
+        f"./{defaults['state_dir'].default}, or RECONCILER_STATE_DIR)",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        help="port of /metrics, /healthz, /readyz (default: "
+        f"{defaults['metrics_port'].default}, or RECONCILER_METRICS_PORT; 0: none)",
+    )
     run.add_argument(
         "--log-format", choices=["text", "json"], help="json: one JSON object per log line"
     )

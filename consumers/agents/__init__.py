@@ -1,4 +1,6 @@
-"""The openai-agents integration: install with ``pip install 'reconciler[agents]'``.
+"""The openai-agents integration: install the reconciler with its extra,
+``pip install './reconciler[agents]'`` from a clone (not by name: PyPI's `reconciler` is
+another project).
 
 * `ReconciledSession`: wraps any SDK `Session`; registers intents, acknowledges appends and
   refuses them after a restore until the engine grants continuation.
@@ -12,7 +14,8 @@ try:
     import agents as _sdk  # noqa: F401 (only to say what to install when it is missing)
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised by the packaging test
     raise ModuleNotFoundError(
-        "consumers.agents needs the openai-agents SDK. Fix: pip install 'reconciler[agents]'",
+        "consumers.agents needs the openai-agents SDK. Fix: reinstall the reconciler with its"
+        " extra from your clone or wheel, e.g. pip install './reconciler[agents]'",
         name=exc.name,
     ) from exc
 

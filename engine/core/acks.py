@@ -34,6 +34,8 @@ from engine.core.members import (
     REASON_STALE_FENCE,
     REASON_UNKNOWN_FENCE,
     REASON_UNKNOWN_INTENT,
+    SLOT_ABANDONED,
+    SLOT_ABSENT,
     SLOT_APPEND_GRANTED,
     SLOT_COMMITTED,
     SLOT_DISCARDED,
@@ -50,6 +52,7 @@ from engine.core.members import (
     VERDICT_REJECTED,
 )
 from engine.core.state import (
+    LEASE_MS,
     UNRESOLVED,
     IntentSlot,
     SessionState,
@@ -95,8 +98,53 @@ def fold_ack(
             return state, reject(state, event, refusal, why, suffix)
     if slot is None or slot.intent_id != event.intent_id:  # the superseded intent's ack
         return state, decide(state, event, VERDICT_RECORDED, REASON_ACCEPTED, suffix=suffix)
+    why = _past_evidence(state, slot, event)
+    if why:
+        trail = make_trail((STEP_WHY, why))
+        return state, decide(
+            state, event, VERDICT_RECORDED, REASON_ACCEPTED, trail=trail, suffix=suffix
+        )
     new_state, reason, alert = apply_ack(state, slot, event)
     return new_state, ack_answer(new_state, event, reason, alert, suffix)
+
+
+def _past_evidence(state: SessionState, slot: IntentSlot, event: AckEvent) -> str:
+    """Why the ack cannot be evidence about the slot's attempt any more ("" if it can be).
+
+    The fold keeps event ids only in its window, so a late copy of an ack (a producer retry, a
+    runner re-sending after a crash) is folded again. Two cases are recognised from the state
+    alone, without remembering more ids (SPEC.md §6 "Late copies"):
+
+    * The write was resolved without acks: by an operator's repair (ABSENT, ABANDONED, or
+      COMMITTED with every evidence flag cleared) or by a resume whose tail proved it
+      committed. That resolution supersedes the evidence it was made from; the next attempt
+      starts with a grant under a new fence. Folded again, a copy of the partial commit the
+      operator repaired would turn the session AMBIGUOUS a second time.
+    * A runner's NOT_WRITTEN after that runner's COMMITTED of the same intent, under the same
+      fence (the caller checked the writer), stamped before the lease that COMMITTED renewed
+      (`event_time_ms + LEASE_MS < lease_expires_ms`): the runner acks in order on one topic,
+      so it is the failure of an earlier attempt, retried in place. Folded, it would
+      contradict the retry's commit (AMBIGUOUS) although nothing went wrong. A NOT_WRITTEN
+      stamped at or after the commit stays a contradiction.
+    """
+    if slot.status in (SLOT_ABSENT, SLOT_ABANDONED) or (
+        slot.status is SLOT_COMMITTED
+        and not (
+            slot.committed_by_store
+            or slot.committed_by_runner
+            or slot.not_written
+            or slot.partial_seen
+        )
+    ):
+        return f"intent {slot.intent_id} was resolved {slot.status} without acks; not reopened"
+    if (
+        event.source is SOURCE_RUNNER
+        and event.outcome is OUTCOME_NOT_WRITTEN
+        and slot.committed_by_runner
+        and event.event_time_ms + LEASE_MS < (state.lease_expires_ms or 0)
+    ):
+        return "the runner acknowledged this intent committed already: an earlier attempt's failure"
+    return ""
 
 
 def ack_ready(state: SessionState, event: AckEvent) -> bool:

@@ -63,6 +63,8 @@ def _apply_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState
     rearm = same and slot is not None and _opens_attempt(state, slot, event)
     if same and slot is not None and _is_repeat(slot, event) and not rearm:
         return state, decide(state, event, VERDICT_RECORDED, REASON_DUPLICATE)
+    if same and slot is not None and event.kind is KIND_HELD and slot.status is not SLOT_HELD:
+        return state, _held_stage_over(state, event, slot)
     refusal = check_writer(state, event.runner_id, event.fence_token, event.event_time_ms)
     if refusal is not None:
         return state, reject(state, event, refusal, f"writer {event.runner_id} lacks authority")
@@ -82,6 +84,19 @@ def _apply_intent(state: SessionState, event: IntentEvent) -> tuple[SessionState
     if event.kind is KIND_RELEASE:
         return _release(state, event, slot)
     return _discard(state, event, slot)
+
+
+def _held_stage_over(state: SessionState, event: IntentEvent, slot: IntentSlot) -> Decision:
+    """A HELD naming an intent that was since released, discarded or resolved.
+
+    The held stage of an intent ends for good with its RELEASE or DISCARD (a re-park replaces
+    a batch that is still held). A HELD that still names the intent is a late copy (a producer
+    retry, a runner re-sending after a crash): folded, it would put a batch that was settled or
+    dropped back into the slot, and the holder's next write would be refused SLOT_OCCUPIED.
+    """
+    if event.items == slot.items[: len(event.items)]:
+        return decide(state, event, VERDICT_RECORDED, REASON_DUPLICATE)
+    return reject(state, event, REASON_INTENT_CONFLICT, "intent id reused after its held stage")
 
 
 def _is_repeat(slot: IntentSlot, event: IntentEvent) -> bool:

@@ -19,17 +19,26 @@ from engine.core.members import (
     HEALTH_CLEAR,
     REASON_NOTHING_TO_REPAIR,
     REASON_REPAIRED,
+    REASON_STALE_CHECKPOINT,
     REASON_UNKNOWN_INTENT,
     SLOT_ABANDONED,
     SLOT_ABSENT,
     SLOT_COMMITTED,
     STEP_OBSERVED,
     STEP_REPAIR,
+    STEP_WHY,
     VERDICT_RECORDED,
+    VERDICT_REJECTED,
 )
 from engine.core.state import (
+    LEASE_MS,
     UNRESOLVED,
     SessionState,
+)
+
+ACTION_STALE_REPAIR = (
+    "The session moved on after this repair was stamped: run `reconciler explain` on it and "
+    "publish a new repair if it still needs one."
 )
 
 
@@ -40,6 +49,23 @@ def fold_repair(state: SessionState, event: RepairEvent) -> tuple[SessionState, 
     open_slot = slot is not None and slot.status in UNRESOLVED
     if state.health is HEALTH_CLEAR and not open_slot:
         return state, decide(state, event, VERDICT_RECORDED, REASON_NOTHING_TO_REPAIR)
+    lease = state.lease_expires_ms
+    if lease is not None and event.event_time_ms + LEASE_MS < lease:
+        # Stamped before the session's latest grant or accepted write: the operator looked at
+        # an older state (or this is a late copy of an earlier repair, which would resolve a
+        # newer incident of the same intent unseen: ACCEPT_ABSENT over a batch that landed).
+        why = (
+            f"repair stamped {event.event_time_ms} ms, before the session's latest grant or "
+            f"write (its lease runs to {lease} ms)"
+        )
+        return state, decide(
+            state,
+            event,
+            VERDICT_REJECTED,
+            REASON_STALE_CHECKPOINT,
+            trail=make_trail((STEP_WHY, why)),
+            action=ACTION_STALE_REPAIR,
+        )
     status = {
         RepairResolution.ACCEPT_COMMITTED: SLOT_COMMITTED,
         RepairResolution.ACCEPT_ABSENT: SLOT_ABSENT,
@@ -57,12 +83,15 @@ def fold_repair(state: SessionState, event: RepairEvent) -> tuple[SessionState, 
             committed_by_runner=False,
         )
     # A repair also ends the current grant: the next resume starts a fresh authority epoch.
+    # It ends at the repair's event time, not for all time: a resume stamped before the repair
+    # was sent into the old epoch (a late copy, or a runner's re-send of a request that was
+    # withheld), and from another runner it is still withheld HELD_BY_OTHER, never granted.
     repaired = replace(
         state,
         slot=new_slot,
         health=HEALTH_CLEAR,
         health_reason=None,
-        lease_expires_ms=None,
+        lease_expires_ms=event.event_time_ms,
         granted_checkpoint_id=None,
     )
     trail = make_trail(

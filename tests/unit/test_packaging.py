@@ -1,11 +1,12 @@
 """The distribution: every package listed, schemas and spec shipped, and installs that work.
 
-`pip install reconciler` gives the engine and the plain client; `pip install 'reconciler[agents]'`
-adds `consumers.agents`. The install tests build a wheel and install it into a fresh venv
-(dependencies come from the pip cache after the first run) and use it from outside the checkout:
-the pure wheel (RECONCILER_PURE=1, quick) without and then with the extra, and, marked `slow`,
-the wheel a user gets, built as pip builds it (isolated, from a copy of the tree): its compiled
-modules load as extensions and agree with their sources.
+Installing the project (from a clone or its wheel, never by name: PyPI's `reconciler` is another
+project) gives the engine and the plain client; the `agents` extra adds `consumers.agents`.
+The install tests build a wheel and install it into a fresh venv (dependencies come from the pip
+cache after the first run) and use it from outside the checkout: the pure wheel
+(RECONCILER_PURE=1, quick) without and then with the extra, and, marked `slow`, the wheel a user
+gets, built as pip builds it (a fresh venv's pip, isolated, from a copy of the tree): its
+compiled modules load as extensions and agree with their sources.
 """
 
 from __future__ import annotations
@@ -42,10 +43,24 @@ def test_every_python_package_is_listed_in_pyproject() -> None:
     assert on_disk - _listed_packages() == set(), "add these to [tool.setuptools] packages"
 
 
-def _pip_wheel(source: Path, out: Path, *options: str, **env: str) -> tuple[Path, str]:
-    """The wheel pip builds from ``source``, and what the build printed."""
+def _pip_wheel(
+    source: Path, out: Path, *options: str, python: Path | None = None, **env: str
+) -> tuple[Path, str]:
+    """The wheel ``python``'s pip (this venv's by default) builds from ``source``, and what the
+    build printed."""
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", *options, "-w", str(out), source],
+        [
+            str(python or sys.executable),
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-v",
+            *options,
+            "-w",
+            str(out),
+            str(source),
+        ],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
@@ -157,7 +172,8 @@ def test_fresh_venv_installs_the_plain_client_then_the_agents_extra(
     assert described.startswith("pure: no compiled build here")
     assert plain == (
         "agents: consumers.agents needs the openai-agents SDK. "
-        "Fix: pip install 'reconciler[agents]'"
+        "Fix: reinstall the reconciler with its extra from your clone or wheel, "
+        "e.g. pip install './reconciler[agents]'"
     )
     version = subprocess.run(
         [str(env / "bin" / "reconciler"), "--version"],
@@ -214,7 +230,13 @@ sys.exit(code)
 def test_the_wheel_pip_builds_runs_the_compiled_hot_path(tmp_path: Path) -> None:
     source = tmp_path / "src"
     shutil.copytree(REPO, source, ignore=NOT_SOURCES)
-    wheel, printed = _pip_wheel(source, tmp_path / "dist")  # isolated, as `pip install` builds
+    env = tmp_path / "venv"
+    venv.create(env, with_pip=True)
+    python = env / "bin" / "python"
+    # Built by a fresh venv's pip, isolated, as a user's `pip install` builds: mypyc's type check
+    # finds the packages of the venv pip runs from, so from this dev venv it would see what the
+    # build environment lacks (the build once needed attrs without asking for it).
+    wheel, printed = _pip_wheel(source, tmp_path / "dist", python=python)
     assert "WARNING: reconciler is built WITHOUT" not in printed
     assert re.search(r"-cp3\d+-cp3\d+-[a-z]+_", wheel.name), wheel.name  # for this platform only
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -223,9 +245,6 @@ def test_the_wheel_pip_builds_runs_the_compiled_hot_path(tmp_path: Path) -> None
     assert {"engine/compiled_manifest.json", "engine/wire/avro_built.py"} <= names
     assert {f"{m.replace('.', '/')}.py" for m in COMPILED} <= names  # the reference ships too
 
-    env = tmp_path / "venv"
-    venv.create(env, with_pip=True)
-    python = env / "bin" / "python"
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run(
         [*pip, str(wheel), "pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100"],

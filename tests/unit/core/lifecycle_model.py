@@ -33,6 +33,8 @@ from engine.core.events import (
     IntentKind,
     ItemFacts,
     PendingRecord,
+    RepairEvent,
+    RepairResolution,
     ResumeEvent,
     RunnerAction,
     Verdict,
@@ -98,7 +100,16 @@ class Settle:
     drop: bool  # DISCARD instead of RELEASE
 
 
-Op = Write | ForeignWrite | Restore | Hold | Settle
+@dataclass(frozen=True)
+class LateCopy:
+    """An exact copy of an earlier input (same event id, content and time) arrives again, out
+    of the de-duplication window: a producer retry, a runner re-sending after a crash, a lagging
+    copy. ``back`` picks which of the inputs older than the window."""
+
+    back: int
+
+
+Op = Write | ForeignWrite | Restore | Hold | Settle | LateCopy
 
 
 @dataclass
@@ -121,6 +132,7 @@ class Runner:
 class Input:
     topic: Topic
     event: Event
+    copy: bool = False  # a late copy of an earlier input (`LateCopy`)
 
 
 @dataclass
@@ -146,6 +158,7 @@ class World:
     latest: Checkpoint | None = None
     topic_offsets: dict[Topic, int] = field(default_factory=lambda: dict.fromkeys(Topic, 0))
     violations: list[str] = field(default_factory=list)
+    copy_answers: list[Decision] = field(default_factory=list)  # what late copies were answered
 
     # --- plumbing ------------------------------------------------------------------------
 
@@ -166,6 +179,40 @@ class World:
         self.state = result.state
         self.decisions.extend(result.decisions)
         return list(result.decisions)
+
+    def late_copy(self, back: int) -> None:
+        """Re-send an earlier input as it was, once it is out of the de-duplication window.
+
+        Where fewer than `RECENT_EVENT_IDS` inputs followed it, inputs that change nothing
+        (repairs naming an intent the session never had: REJECTED UNKNOWN_INTENT) push it out
+        first. Their answers and the copy's go to nobody (the copy's producer acted on the
+        first copy's answer); they take positions, but no time.
+        """
+        originals = [i for i in self.log if not i.copy]
+        if not originals:
+            return
+        original = originals[back % len(originals)]
+        while self.state is not None and original.event.event_id in self.state.recent_event_ids:
+            filler = RepairEvent(
+                event_id=f"noise{len(self.log)}",  # not from `_id`: the run without copies
+                # must number its inputs alike
+                session_id=SID,
+                event_time_ms=self.time_ms,
+                resolution=RepairResolution.ABANDON,
+                actor="model",
+                reason="noise",
+                intent_id="never-registered",
+            )
+            self._fold_unseen(Input(Topic.INTENTS, filler, copy=True))
+        self._fold_unseen(Input(original.topic, original.event, copy=True))
+
+    def _fold_unseen(self, item: Input) -> None:
+        position = self.topic_offsets[item.topic]
+        self.topic_offsets[item.topic] += 1
+        self.log.append(item)
+        result = fold(self.state, item.event, position)
+        self.state = result.state
+        self.copy_answers.extend(result.decisions)
 
     def digests(self, items: Sequence[dict[str, Any]]) -> list[str]:
         return [item_facts(i, ignore_ids=False).digest for i in items]
@@ -461,6 +508,8 @@ class World:
                 self.restore(op.copies, op.fault)
             elif isinstance(op, Hold):
                 self.hold()
+            elif isinstance(op, LateCopy):
+                self.late_copy(op.back)
             else:
                 self.settle(op.drop)
         # Reconcile whatever is still open: one more restore, then the held batch settles.

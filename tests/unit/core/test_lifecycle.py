@@ -118,19 +118,20 @@ def _orders(log: list[Input]) -> tuple[list[list[Input]], list[list[Input]]]:
     return [ahead(Topic.INTENTS), ahead(Topic.ACKS)], [ahead(Topic.RESUMES)]
 
 
-def check_world(program: list[Op], store_acks: bool) -> World:
-    world = World(store_acks=store_acks)
-    world.run(program)
-    assert world.violations == []
+def check_store(world: World) -> list[str]:
+    """What is wrong with the Session's content after `world` ran (empty: nothing)."""
+    problems = list(world.violations)
     # Nothing appended twice (unless a foreign writer removed the first copy: then the tail
     # is `before` again, exactly what the SDK reads as "append once"); every item of ours at
     # most once in the Session.
     for k, n in Counter(world.appended).items():
         removed = set(world.digests(world.batch_items[k])) & world.foreign_touched
-        assert n == 1 or removed, f"batch {k} appended {n} times"
+        if n != 1 and not removed:
+            problems.append(f"batch {k} appended {n} times")
     ours = {d for k in world.batch_items for d in world.digests(world.batch_items[k])}
     stored = Counter(d for d in world.digests(world.store) if d in ours)
-    assert all(n == 1 for n in stored.values()), "an item of ours is in the Session twice"
+    if any(n != 1 for n in stored.values()):
+        problems.append("an item of ours is in the Session twice")
     # Every started batch landed exactly once, or the session is withheld with an alert.
     alerted = any(d.alert for d in world.decisions)
     for k in sorted(world.started):
@@ -138,7 +139,15 @@ def check_world(program: list[Op], store_acks: bool) -> World:
         if set(digests) & world.foreign_touched:
             continue  # a foreign writer removed it: not ours to keep
         landed = all(stored[d] == 1 for d in digests)
-        assert landed or (world.stopped and alerted), f"batch {k} lost without an alert"
+        if not (landed or (world.stopped and alerted)):
+            problems.append(f"batch {k} lost without an alert")
+    return problems
+
+
+def check_world(program: list[Op], store_acks: bool) -> World:
+    world = World(store_acks=store_acks)
+    world.run(program)
+    assert check_store(world) == []
     # The same inputs in other interleavings: safe on every step, same final answers.
     end_state, decisions = _refold_with_state(world.log)
     baseline = _final_answers(decisions)
