@@ -46,8 +46,9 @@ class Settings(BaseModel):
     state_dir: Path = Path("state")
     commit_interval_ms: int = Field(default=200, ge=10, le=60_000)
     commit_max_events: int = Field(default=2_000, ge=1)
-    # Steps 4-5 of a commit run in a worker thread while the loop folds records it already
-    # consumed into the next transaction (COMMIT_PROTOCOL.md, "Overlap"); false: the loop waits.
+    # Steps 4-5 of a commit that records wait behind (a backlog) run in a worker thread while
+    # the loop folds them into the next transaction (COMMIT_PROTOCOL.md, "Overlap"); a commit
+    # started because the queue was drained, or any with false, runs them in the loop.
     commit_overlap: bool = True
     # The broker aborts a transaction open this long. One is legitimately open for the commit
     # interval plus steps 3-5 (tens of ms; seconds across a broker restart), so 10 s leaves

@@ -10,7 +10,9 @@ the run, quantiles from the difference as Prometheus' histogram_quantile compute
 `--system pipe` runs the raw EOS pipe (tools/bench_pipe.py) under the same load instead: the
 floor that consume -> produce -> commit at the same commit interval gives on this machine.
 `--trace` has the engine write a line per input at each loop step (engine/runtime/trace.py) and
-prints where the time of the slowest 1% went (tools/latency_trace.py).
+prints where the time of the slowest 1% went (tools/latency_trace.py). `--paired --variant
+off:RECONCILER_COMMIT_OVERLAP=0 --variant on:RECONCILER_COMMIT_OVERLAP=1` runs the engine once per
+variant (its settings from the environment) in each round, beside the pipe.
 
 `python -m tools.bench_latency --bootstrap-servers B --rates 1000 --seconds 10 --trace`
 """
@@ -57,12 +59,13 @@ from tools.bench_kafka import (
     start,
     stop,
 )
-from tools.latency_trace import Breakdown, breakdown
+from tools.latency_trace import Breakdown, Traced, summarize, traced
 
 ENGINE, PIPE, PIPE_DRAINED = "engine", "pipe", "pipe-drained"
 BASELINE = "baseline:"  # + the path of another checkout: its engine, for A/B runs
+VARIANT = "engine:"  # + a label: this engine with some settings of its own (`--variant`)
 
-STAGES = ("consume_wait", "fold", "produce", "commit", "persist")
+STAGES = ("consume_wait", "fold", "produce", "commit", "persist", "fold_ahead", "commit_wait")
 _BUCKET = re.compile(r"^reconciler_stage_seconds_bucket\{(?P<labels>[^}]*)\}\s+(?P<n>\S+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -224,7 +227,9 @@ def stamp_at_broker(settings: Settings) -> None:
         future.result(30)
 
 
-def _start(settings: Settings, system: str, folder: Path, trace: bool) -> Popen[bytes]:
+def _start(
+    settings: Settings, system: str, folder: Path, trace: bool, extra: dict[str, str]
+) -> Popen[bytes]:
     log = folder / "system.log"
     if system in (PIPE, PIPE_DRAINED):
         flags = ["--bootstrap-servers", settings.bootstrap_servers]
@@ -232,7 +237,7 @@ def _start(settings: Settings, system: str, folder: Path, trace: bool) -> Popen[
         flags += ["--commit-ms", str(settings.commit_interval_ms)]
         flags += ["--commit-drained"] if system == PIPE_DRAINED else []
         return start([sys.executable, "-m", "tools.bench_pipe", *flags], log)
-    env = engine_env(settings)
+    env = engine_env(settings) | extra
     if trace:
         env["RECONCILER_LATENCY_TRACE_PATH"] = str(folder / "trace.csv")
     if system.startswith(BASELINE):  # another checkout's engine, same interpreter and venv
@@ -255,15 +260,16 @@ def run_latency(
     seconds: int,
     system: str = ENGINE,
     trace: bool = False,
-) -> tuple[list[float], Stages, Breakdown | None]:
-    """End-to-end samples (ms), per stage (p50, p99) in ms, and with `trace` where the time
-    of the slowest 1% went."""
+    extra: dict[str, str] | None = None,
+) -> tuple[list[float], Stages, list[Traced]]:
+    """End-to-end samples (ms), per stage (p50, p99) in ms, and with `trace` each resume's
+    segments (tools/latency_trace.py); `extra`: environment for the engine (settings)."""
     port = free_port()
     settings = fresh_settings(bootstrap, partitions, commit_ms, metrics_port=port)
     folder = Path(tempfile.mkdtemp(prefix="bench-log-"))
     if trace:
         stamp_at_broker(settings)
-    proc = _start(settings, system, folder, trace)
+    proc = _start(settings, system, folder, trace, extra or {})
     answers: dict[str, tuple[float, float]] = {}
     stopping = threading.Event()
     pipe = system in (PIPE, PIPE_DRAINED)
@@ -313,7 +319,7 @@ def run_latency(
             reader.join()
         stop(proc)
     latencies = [read_at - event_time for read_at, event_time in answers.values()]
-    found = breakdown(folder / "trace.csv", answers) if trace else None
+    found = traced(folder / "trace.csv", answers) if trace else []
     stages = {
         stage: (
             _ms(quantile(0.5, before.get(stage, {}), after[stage])),
@@ -358,8 +364,9 @@ def report(args: argparse.Namespace) -> None:
             system,
             trace,
         )
-        if where is not None:
-            found.append((rate, where))
+        summary = summarize(where)
+        if summary is not None:
+            found.append((rate, summary))
         samples.sort()
         p50 = samples[len(samples) // 2] if samples else None
         p99 = samples[int(len(samples) * 0.99)] if samples else None
@@ -373,9 +380,9 @@ def report(args: argparse.Namespace) -> None:
             flush=True,
         )
     print()
-    for rate, where in found:
+    for rate, summary in found:
         print(f"where the time went at {rate} + {rate}/s (tools/latency_trace.py):")
-        print(where.table())
+        print(summary.table())
 
 
 def percentile(samples: list[float], q: float) -> float | None:
@@ -392,10 +399,13 @@ def paired(args: argparse.Namespace) -> None:
     p50/p99 of the samples pooled over all rounds (one run's p99 rests on 1% of its samples,
     and one stall of the shared machine moves it)."""
     rates = [int(r) for r in args.rates.split(",")]
-    systems = [PIPE_DRAINED, ENGINE]
+    variants = dict(_variant(v) for v in args.variant or [])
+    systems = [PIPE_DRAINED] + ([VARIANT + v for v in variants] if variants else [ENGINE])
     if args.baseline:
         systems.append(BASELINE + str(Path(args.baseline).resolve()))
     name = {s: ("baseline" if s.startswith(BASELINE) else s) for s in systems}
+    extra = {VARIANT + label: env for label, env in variants.items()}
+    rows: dict[tuple[int, str], list[Traced]] = defaultdict(list)
     print(
         f"latency, paired: {', '.join(name[s] for s in systems)} (1 process each), "
         f"{args.partitions} partitions, commit every {args.commit_ms} ms, {args.seconds} s per "
@@ -408,21 +418,36 @@ def paired(args: argparse.Namespace) -> None:
     # A fresh broker's JVM answers the first seconds of load several times slower (seconds
     # from produce to append measured with --trace): one unreported run of each warms it.
     for system in systems:
-        run_latency(args.bootstrap_servers, args.partitions, args.commit_ms, max(rates), 5, system)
-    for n in range(args.rounds):
+        run_latency(
+            args.bootstrap_servers,
+            args.partitions,
+            args.commit_ms,
+            max(rates),
+            5,
+            system,
+            extra=extra.get(system),
+        )
+    for n in range(args.first_round - 1, args.first_round - 1 + args.rounds):
         for rate in rates:
             order = systems[n % len(systems) :] + systems[: n % len(systems)]
             got: dict[str, tuple[float, float]] = {}
             for system in order:
-                samples, _, _ = run_latency(
+                samples, _, found = run_latency(
                     args.bootstrap_servers,
                     args.partitions,
                     args.commit_ms,
                     rate,
                     args.seconds,
                     system,
+                    args.trace and not system.startswith((PIPE, BASELINE)),
+                    extra.get(system),
                 )
                 pooled[(rate, system)] += samples
+                rows[(rate, system)] += found
+                if args.samples:  # for pooling runs of several invocations
+                    label = name[system].replace(":", "-")
+                    out = Path(args.samples) / f"r{n + 1}-{rate}-{label}.txt"
+                    out.write_text("".join(f"{x:.1f}\n" for x in samples))
                 p50, p99 = percentile(samples, 0.5), percentile(samples, 0.99)
                 if p50 is not None and p99 is not None:
                     got[system] = (p50, p99)
@@ -451,6 +476,20 @@ def paired(args: argparse.Namespace) -> None:
                     f"{statistics.median(rs):.2f} ({rs[0]:.2f}-{rs[-1]:.2f})" if rs else "-"
                 )
             print(f"| {rate} + {rate} | {name[system]} | " + " | ".join(cells) + " |")
+    for (rate, system), found in rows.items():
+        summary = summarize(found)
+        if summary is not None:
+            print(f"\nwhere the time went, {name[system]} at {rate} + {rate}/s, runs pooled:")
+            print(summary.table())
+
+
+def _variant(text: str) -> tuple[str, dict[str, str]]:
+    """`label:NAME=value,NAME=value` -> label and environment."""
+    label, _, pairs = text.partition(":")
+    env = dict(pair.split("=", 1) for pair in pairs.split(",") if pair)
+    if not label or not env:
+        raise SystemExit(f"bench: --variant {text!r}: expected label:NAME=value[,NAME=value]")
+    return label, env
 
 
 def main() -> None:
@@ -466,7 +505,19 @@ def main() -> None:
         "--paired", action="store_true", help="the engine against the pipe, rounds interleaved"
     )
     parser.add_argument("--rounds", type=int, default=3, help="with --paired")
+    parser.add_argument(
+        "--first-round",
+        type=int,
+        default=1,
+        help="with --paired: number the rounds from here (which system starts them rotates on)",
+    )
     parser.add_argument("--baseline", help="with --paired: another checkout's engine too (A/B)")
+    parser.add_argument("--samples", help="with --paired: a folder, each run's latencies into it")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        help="with --paired, repeatable: label:NAME=value,... an engine run with that environment",
+    )
     args = parser.parse_args()
     if args.paired:
         paired(args)

@@ -174,7 +174,10 @@ class CommitLoop(EngineState):
             due = (time.monotonic() - last_commit) * 1000 >= self.settings.commit_interval_ms
             full = self.owned.folded() >= self.settings.commit_max_events
             if txn.open and (drained or due or full):
-                if self.settings.commit_overlap and not self._stopping:
+                # Overlapped only when records wait behind this commit (a backlog): drained,
+                # nothing is left to fold ahead, and a second thread would only add GIL
+                # hand-offs and shorter, more frequent commits (COMMIT_PROTOCOL "Overlap").
+                if self.settings.commit_overlap and not drained and not self._stopping:
                     self._start_commit(txn)
                 else:
                     self._commit(txn)
@@ -371,6 +374,8 @@ class CommitLoop(EngineState):
             return
         for task in committing:
             task.seal()
+        if self.trace is not None:
+            self.trace.seal()
         times, self._txn_event_times = self._txn_event_times, []
         self._inflight = Inflight(committing, started, times)
         assert self._consumer is not None
@@ -386,12 +391,17 @@ class CommitLoop(EngineState):
         # The next transaction's size bound also bounds what is held in memory meanwhile (a
         # commit retried toward its 40 s deadline must not let the loop read on unbounded).
         room = self.settings.commit_max_events
+        trace = self.trace
         try:
             while not txn.commit_done() and folded < room:
                 batch = self.order.ready(time.monotonic(), drained, FOLD_AHEAD_CHUNK)
                 if not batch:
+                    if trace is not None:
+                        trace.poll_ms = trace.now()
                     with self.watchdog.guard("poll", self.budget_s, self.tasks):
                         messages = consumer.consume(CONSUME_BATCH, timeout=0)
+                    if trace is not None:
+                        trace.consumed_ms = trace.now()
                     if self._rejoin_requested:  # set by a callback that ran inside consume()
                         self._rejoin_requested = False
                         raise RejoinError("the assignment was lost or a revoke-time commit failed")
@@ -407,6 +417,8 @@ class CommitLoop(EngineState):
                     continue
                 with self.watchdog.guard(f"{Step.FOLD} fold ahead", self.budget_s, self.tasks):
                     self._prefetch(batch)
+                    if trace is not None:
+                        trace.released_ms = trace.now()
                     for record in batch:
                         self._handle(txn, record)
                 folded += len(batch)
@@ -483,8 +495,10 @@ class CommitLoop(EngineState):
         stage.labels(stage="commit").observe(done - txn.flushed_at)  # send offsets, commit
         self.metrics.commit_seconds.observe(done - inflight.started)
         self.metrics.observe_decision_latencies(now_ms, inflight.event_times)
-        if self.trace is not None:
-            self.trace.committed(now_ms - (time.monotonic() - txn.flushed_at) * 1000)
+        if self.trace is not None:  # the worker's times, not when the loop saw them
+            mono = time.monotonic()
+            flushed_ms, done_ms = (now_ms - (mono - t) * 1000 for t in (txn.flushed_at, done))
+            self.trace.committed(flushed_ms, done_ms, sealed=sealed)
         self._committed_since_rejoin = True
         persisted = time.monotonic()
         with self.watchdog.guard(Step.PERSIST_LOCALLY, self.budget_s, self.tasks):

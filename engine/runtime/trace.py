@@ -9,8 +9,9 @@ produce and commit.
 One CSV line per folded input, written when its transaction commits (an aborted one writes
 nothing), all times wall clock in ms (the bench compares them with the producer's):
 session, topic, created (the record's timestamp), poll (the consume call that returned it
-began), consumed, released (its batch began to fold), folded (its own fold ended),
-commit (steps 3-5 began), flushed, committed.
+began), consumed, released (its batch began to fold), folded (its own fold ended), ahead (1:
+folded while an overlapped commit ran, its outputs held), commit (steps 3-5 began), flushed,
+committed.
 
 Beside it, `<path>.gc.csv`: every cyclic garbage collection of the process (start, ms taken,
 generation, objects collected), since a pause of the interpreter shows up in the trace only as
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 Key = tuple[str, int, int]  # topic, partition, offset
-HEADER = "session,topic,created,poll,consumed,released,folded,commit,flushed,committed\n"
+HEADER = "session,topic,created,poll,consumed,released,folded,ahead,commit,flushed,committed\n"
 GC_HEADER = "start,ms,generation,collected\n"
 
 
@@ -36,6 +37,11 @@ class LatencyTrace:
             self._out.write(HEADER)
         self._arrived: dict[Key, tuple[float, float, float]] = {}
         self._folded: list[str] = []
+        # An overlapped commit's lines (`seal`): what is folded ahead while it runs belongs to
+        # the next transaction, and must not be stamped with this one's commit.
+        self._sealed: list[str] = []
+        self._sealed_commit_ms = 0.0
+        self._in_flight = False
         self.poll_ms = 0.0
         self.consumed_ms = 0.0
         self.released_ms = 0.0
@@ -66,19 +72,36 @@ class LatencyTrace:
         created, poll, consumed = self._arrived.pop(key, (0.0, 0.0, 0.0))
         self._folded.append(
             f"{session},{key[0]},{created:.1f},{poll:.1f},{consumed:.1f},"
-            f"{self.released_ms:.1f},{self.now():.1f}"
+            f"{self.released_ms:.1f},{self.now():.1f},{int(self._in_flight)}"
         )
 
-    def committed(self, flushed_ms: float) -> None:
-        """The open transaction committed now; `flushed_ms`: when its flush returned."""
-        tail = f",{self.commit_ms:.1f},{flushed_ms:.1f},{self.now():.1f}\n"
-        self._out.writelines(line + tail for line in self._folded)
+    def seal(self) -> None:
+        """Steps 4-5 of the open transaction go to the worker (overlap): its lines so far are
+        the ones `committed(sealed=True)` writes."""
+        self._sealed, self._folded = self._folded, []
+        self._sealed_commit_ms = self.commit_ms
+        self._in_flight = True
+
+    def committed(
+        self, flushed_ms: float, committed_ms: float | None = None, *, sealed: bool = False
+    ) -> None:
+        """A transaction committed (at `committed_ms`, default now); `flushed_ms`: when its
+        flush returned. `sealed`: the overlapped one, else the open one."""
+        done = self.now() if committed_ms is None else committed_ms
+        lines = self._sealed if sealed else self._folded
+        began = self._sealed_commit_ms if sealed else self.commit_ms
+        tail = f",{began:.1f},{flushed_ms:.1f},{done:.1f}\n"
+        self._out.writelines(line + tail for line in lines)
         self._out.flush()
         self._gc_out.flush()
-        self._folded.clear()
+        lines.clear()
+        if sealed:
+            self._in_flight = False
 
     def aborted(self) -> None:
         self._folded.clear()
+        self._sealed.clear()
+        self._in_flight = False
         self._arrived.clear()
 
     def close(self) -> None:

@@ -72,3 +72,23 @@ def test_every_garbage_collection_is_written_beside_the_trace(tmp_path: Path) ->
         rows = list(csv.DictReader(lines))
     assert "2" in [row["generation"] for row in rows]
     assert all(float(row["ms"]) >= 0 for row in rows)
+
+
+def test_an_overlapped_commit_writes_its_own_lines_not_those_folded_ahead(tmp_path: Path) -> None:
+    path = tmp_path / "trace.csv"
+    trace = LatencyTrace(path)
+    trace.arrived(("t.resumes", 0, 1), 1.0)
+    trace.folded(("t.resumes", 0, 1), "s-1")
+    trace.commit_ms = 10.0
+    trace.seal()  # steps 4-5 of the transaction of s-1 go to the worker
+    trace.arrived(("t.resumes", 0, 2), 2.0)
+    trace.folded(("t.resumes", 0, 2), "s-2")  # folded ahead, into the next transaction
+    trace.committed(flushed_ms=11.0, committed_ms=12.0, sealed=True)
+    trace.commit_ms = 20.0
+    trace.committed(flushed_ms=21.0, committed_ms=22.0)
+    trace.close()
+    with path.open(encoding="utf-8") as lines:
+        rows = [
+            (r["session"], r["ahead"], r["commit"], r["committed"]) for r in csv.DictReader(lines)
+        ]
+    assert rows == [("s-1", "0", "10.0", "12.0"), ("s-2", "1", "20.0", "22.0")]
