@@ -26,7 +26,8 @@ $(STAMP): pyproject.toml
 COMPILED_SOURCES := $(shell $(PYTHON) -c 'from engine.compiled import COMPILED, ROOT, source_path; \
 	print(*(source_path(m).relative_to(ROOT) for m in COMPILED))')
 COMPILED := $(VENV)/.compiled
-$(COMPILED): $(STAMP) tools/build_compiled.py $(wildcard $(COMPILED_SOURCES) engine/*.py engine/core/*.py engine/wire/*.py schemas/*.avsc)
+# engine/wire/avro_built.py is the build's own output (generated from the schemas), not an input.
+$(COMPILED): $(STAMP) tools/build_compiled.py $(filter-out engine/wire/avro_built.py,$(wildcard $(COMPILED_SOURCES) engine/*.py engine/core/*.py engine/wire/*.py schemas/*.avsc))
 	@touch $@.start
 	RECONCILER_PURE=1 $(PY) -m tools.build_compiled
 	@mv $@.start $@
