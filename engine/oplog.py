@@ -1,5 +1,5 @@
 """Operator log lines: one structured line when the engine dead-letters an input, raises an
-alert or applies a repair. Each names the session, the reason and the source record
+alert or decides a repair. Each names the session, the reason and the source record
 (topic/partition/offset), never item content, so logs can be shipped anywhere.
 
 Text form (default): `dead_letter session=s-1 reason=BAD_MAGIC source=reconciler.intents/0/17`.

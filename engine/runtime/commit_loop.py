@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from engine import oplog
-from engine.core.events import Decision, Event, RepairEvent
+from engine.core.events import Decision, Event, Reason, RepairEvent
 from engine.runtime.clients import ConsumerLike
 from engine.runtime.engine_state import Consumed, EngineState
 from engine.runtime.ingest import Rejected
@@ -50,17 +50,22 @@ def _log_alerts(decisions: Iterable[Decision], source: str) -> None:
 
 
 def _log_for_operator(event: Event, decisions: tuple[Decision, ...], source: str) -> None:
-    """One ops line per alert raised and per repair applied."""
+    """One ops line per alert raised and per repair: `repair_applied` only when the repair
+    changed the session, else `repair_not_applied` with the engine's reason (nothing to repair,
+    stamped before the latest grant, an unknown intent), so an operator never reads a refused
+    repair as one that took effect."""
     _log_alerts(decisions, source)
     if isinstance(event, RepairEvent):
         first = next(iter(decisions), None)
+        applied = first is not None and first.reason is Reason.REPAIRED
         oplog.emit(
-            "repair_applied",
+            "repair_applied" if applied else "repair_not_applied",
             session=event.session_id,
             resolution=event.resolution,
             actor=event.actor,
             reason=event.reason,
             verdict=first.verdict if first is not None else "-",
+            outcome=first.reason if first is not None else "-",
             source=source,
         )
 

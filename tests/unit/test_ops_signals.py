@@ -13,8 +13,17 @@ from confluent_kafka import TopicPartition
 
 from engine import oplog
 from engine.core.decide import decide
-from engine.core.events import AckEvent, AckOutcome, AckSource, Reason, Verdict
+from engine.core.events import (
+    AckEvent,
+    AckOutcome,
+    AckSource,
+    Reason,
+    RepairEvent,
+    RepairResolution,
+    Verdict,
+)
 from engine.core.state import SessionState
+from engine.runtime.commit_loop import _log_for_operator
 from engine.runtime.metrics import EngineMetrics
 from engine.runtime.store import LocalStore, StoreWrite
 from engine.runtime.task import HEALTH_HEADER, pending_header
@@ -92,6 +101,29 @@ def test_ops_lines_are_one_line_text_or_json(caplog: pytest.LogCaptureFixture) -
     assert parsed["session"] == "s 1"
     assert parsed["source"] == "t/0/17"
     assert parsed["level"] == "WARNING"
+
+
+@pytest.mark.parametrize(
+    ("reason", "line"),
+    [(Reason.REPAIRED, "repair_applied"), (Reason.NOTHING_TO_REPAIR, "repair_not_applied")],
+)
+def test_a_repair_is_logged_applied_only_when_it_changed_the_session(
+    caplog: pytest.LogCaptureFixture, reason: Reason, line: str
+) -> None:
+    repair = RepairEvent(
+        event_id="rp-1",
+        session_id="s-1",
+        event_time_ms=5,
+        resolution=RepairResolution.ACCEPT_ABSENT,
+        actor="ops",
+        reason="checked the store",
+    )
+    answer = decide(SessionState(session_id="s-1"), repair, Verdict.RECORDED, reason)
+    with caplog.at_level(logging.INFO, logger=oplog.LOGGER):
+        _log_for_operator(repair, (answer,), "t/0/3")
+    (record,) = caplog.records
+    assert record.getMessage().split()[0] == line
+    assert f"outcome={reason.value}" in record.getMessage()
 
 
 def test_fold_counts_are_published_once_per_batch_by_flush() -> None:
