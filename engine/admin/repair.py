@@ -73,7 +73,7 @@ def repair(
     if decision is None:
         raise RepairNotAnsweredError(
             f"the engine did not answer repair {event.event_id} within {wait_s:g} s "
-            "(the command is recorded on the intents topic and will be applied when it runs).",
+            "(the command is recorded on the intents topic and will be decided when it runs).",
             f"check that `reconciler run` is up, then `reconciler explain {session_id}`.",
         )
     return decision

@@ -37,8 +37,10 @@ from engine.core.state import (
 )
 
 ACTION_STALE_REPAIR = (
-    "The session moved on after this repair was stamped: run `reconciler explain` on it and "
-    "publish a new repair if it still needs one."
+    "The session moved on after this repair was stamped, or the operator's clock is behind "
+    "the runners': compare the repair's stamp with the lease in the trail and check both "
+    "clocks (NTP); then run `reconciler explain` on the session and publish a new repair if "
+    "it still needs one."
 )
 
 

@@ -59,9 +59,12 @@ class Rebalancing(CommitLoop):
         )
         unread = [f"{tp.topic}/{tp.partition}: {tp.error}" for tp in committed if tp.error]
         if unread:  # read as "nothing committed", it would fold these partitions from 0 again
-            raise RejoinError(f"step A1: committed offsets not read: {', '.join(unread)}")
+            raise RejoinError(
+                f"step A1: committed offsets not read: {', '.join(unread)}; if this repeats,"
+                " check the group's and the input topics' Read ACLs and the brokers' health"
+            )
         self.owned.start_at(committed)
-        self._claim(consumer, committed, complete)
+        self._name_owner(consumer, committed, complete)
         # A process can hold every partition: each task gets its share of the memory bounds.
         share = self.settings.partitions
         cache_kib = self.settings.store_cache_mb * 1024 // share
@@ -113,26 +116,31 @@ class Rebalancing(CommitLoop):
                 report.lookup_s,
             )
 
-    def _claim(self, consumer: Any, committed: list[TopicPartition], tasks: list[int]) -> None:
-        """A0's other half (COMMIT_PROTOCOL.md, "The claim"): before its first transaction on
-        these partitions, this instance's id goes into their committed offsets' metadata, the
-        offsets unchanged, so that if it dies inside that transaction the next owner's A0
+    def _name_owner(self, consumer: Any, committed: list[TopicPartition], tasks: list[int]) -> None:
+        """A0's other half (COMMIT_PROTOCOL.md, "The owner mark"): before its first transaction
+        on these partitions, this instance's id goes into their committed offsets' metadata,
+        the offsets unchanged, so that if it dies inside that transaction the next owner's A0
         finds it. A plain, synchronous commit: it is never pending, and it has landed before
         any transaction of ours begins. Any failure rejoins (the same generation must not
-        see a claim land after one of our transactional commits)."""
+        see a mark land after one of our transactional commits), a partition's error in the
+        returned list included: the call reports those without raising."""
         own = self.owned.metadata
-        claims = [
+        marks = [
             TopicPartition(tp.topic, tp.partition, max(tp.offset, 0), metadata=own)
             for tp in committed
             if tp.metadata != own and (tp.offset >= 0 or tp.offset == OFFSET_INVALID)
         ]
-        if own is None or not claims:
+        if own is None or not marks:
             return
+        step = f"{Step.FENCE_PREVIOUS_OWNER} owner mark"
         try:
-            with self.watchdog.guard(f"{Step.FENCE_PREVIOUS_OWNER} claim", self.budget_s, tasks):
-                consumer.commit(offsets=claims, asynchronous=False)
+            with self.watchdog.guard(step, self.budget_s, tasks):
+                written = consumer.commit(offsets=marks, asynchronous=False)
         except KafkaException as exc:
-            raise RejoinError(f"step A0: the claim of partitions {tasks} failed: {exc}") from exc
+            raise RejoinError(f"step {step}: partitions {tasks} not marked: {exc}") from exc
+        failed = [f"{tp.topic}/{tp.partition}: {tp.error}" for tp in written if tp.error]
+        if failed:
+            raise RejoinError(f"step {step}: partitions not marked: {', '.join(failed)}")
 
     def _restore_progress(self) -> None:
         self.watchdog.renew()

@@ -288,10 +288,12 @@ def _committed_owners(settings: Settings) -> dict[str, str | None]:
 def test_an_owner_that_dies_inside_its_first_transaction_is_fenced(
     kafka_bootstrap: str, unique_name: str, tmp_path: Path
 ) -> None:
-    """A0's blind spot, closed by the claim: an instance assigned partitions that nobody has
+    """A0's blind spot, closed by the owner mark: an instance assigned partitions that nobody has
     committed with its id yet names itself in their committed offsets before its first
     transaction. It dies inside that transaction (offsets pending, decisions written); the
-    next owner fences it instead of waiting for its transaction timeout."""
+    next owner fences it instead of waiting for its transaction timeout. The check is the
+    survivor's log line (A0 fenced the victim); the bound of the transaction timeout (30 s)
+    on the answers only guards against a hang (with the fence they came after ~4 s)."""
     base = engine_settings(kafka_bootstrap, unique_name, tmp_path / "state", **FAILOVER)
     victim, survivor = (
         base.model_copy(update={"instance_id": n, "state_dir": tmp_path / n}) for n in ("v", "s")
@@ -304,7 +306,7 @@ def test_an_owner_that_dies_inside_its_first_transaction_is_fenced(
         owners = _committed_owners(base)
     finally:
         proc.kill_all()  # no input yet: it never began a transaction
-    # the claim landed before any transaction: every input partition names the victim
+    # the owner mark landed before any transaction: every input partition names the victim
     assert set(owners.values()) == {owner_metadata(victim)}, owners
     inputs = [f"{t}:{p}" for t in base.topics.inputs for p in range(base.partitions)]
     opened = time.monotonic()

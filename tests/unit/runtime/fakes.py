@@ -3,7 +3,8 @@
 `FakeBroker` keeps committed logs and group offsets; a transaction's records and offsets become
 visible only at `commit_transaction`, as with read_committed. `Faults` arms one failure at a
 named step: a retriable, abortable, fatal or fencing error, a call that never returns (until
-the test releases it), or a crash of the whole process.
+the test releases it), a crash of the whole process, or (kind "partition", for the plain offset
+commit) a call that returns with one partition's entry carrying an error.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from types import SimpleNamespace
+from typing import Any, Literal, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -23,7 +25,7 @@ from engine.settings import Settings
 from engine.wire.partitioner import partition_for
 
 KINDS = ("retriable", "abortable", "fatal", "fenced", "hang")
-STEPS = ("claim", "A1", "A2", "begin", "produce", "flush", "offsets", "commit", "persist")
+STEPS = ("owner mark", "A1", "A2", "begin", "produce", "flush", "offsets", "commit", "persist")
 
 
 class Crash(BaseException):
@@ -39,13 +41,17 @@ class Faults:
     hung: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
 
-    def hit(self, step: str) -> None:
+    def hit(self, step: str) -> KafkaError | None:
+        """Raises the armed fault at its step; kind "partition" returns the error instead,
+        for the caller to put in one partition's entry."""
         if step != self.step or self.fired:
-            return
+            return None
         if self.skip:
             self.skip -= 1
-            return
+            return None
         self.fired += 1
+        if self.kind == "partition":
+            return KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, f"injected at {step}")
         if self.kind == "crash":
             raise Crash(step)
         if self.kind == "hang":
@@ -256,12 +262,25 @@ class FakeConsumer:
     def commit(
         self, *, offsets: list[TopicPartition], asynchronous: Literal[False]
     ) -> list[TopicPartition]:
-        """A plain offset commit (A0's claim): offsets and their metadata, at once."""
-        self.broker.faults.hit("claim")
-        for tp in offsets:
+        """A plain offset commit (A0's owner mark): offsets and their metadata, at once. A
+        "partition" fault leaves the first partition unwritten and reports it in its entry
+        only, as librdkafka does (the call raises nothing)."""
+        error = self.broker.faults.hit("owner mark")
+        out = list(offsets)
+        for i, tp in enumerate(offsets):
+            if error is not None and i == 0:  # TopicPartition's error cannot be set from Python
+                failed = SimpleNamespace(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    offset=tp.offset,
+                    metadata=tp.metadata,
+                    error=error,
+                )
+                out[0] = cast(TopicPartition, failed)
+                continue
             self.broker.offsets[(tp.topic, tp.partition)] = tp.offset
             self.broker.metadata[(tp.topic, tp.partition)] = tp.metadata
-        return offsets
+        return out
 
     def seek(self, partition: TopicPartition) -> None:
         assert self.positions is not None

@@ -99,10 +99,10 @@ def _persist_hits(monkeypatch: pytest.MonkeyPatch, faults: Faults) -> None:
 
 
 def _skip(step: str) -> int:
-    """A1, A2 and A0's claim run once per assignment (the claim only while the committed
+    """A1, A2 and A0's owner mark run once per assignment (the mark only while the committed
     offsets name another owner); other steps fail on their second call, when a transaction
     has already committed and state exists."""
-    return 0 if step in ("claim", "A1", "A2") else 1
+    return 0 if step in ("owner mark", "A1", "A2") else 1
 
 
 def _done(broker: FakeBroker, settings: Settings) -> bool:
@@ -236,8 +236,9 @@ def test_a_call_that_never_returns_is_cut_by_the_watchdog(
     )
     thread.start()
     assert faults.hung.wait(60), f"{step} was never reached"
-    names = {"claim": "A0 claim", "A1": "A1", "A2": "A2", "begin": "1", "produce": "2 fold"}
-    names |= {"flush": "4 flush", "offsets": "4 send_offsets", "commit": "5", "persist": "6"}
+    names = {"owner mark": "A0 owner mark", "A1": "A1", "A2": "A2", "begin": "1"}
+    names |= {"produce": "2 fold", "flush": "4 flush", "offsets": "4 send_offsets"}
+    names |= {"commit": "5", "persist": "6"}
     # Overlapped, the loop may still fold ahead while the worker hangs: the hung call's guard
     # is the innermost once the loop waits for the worker.
     until = time.monotonic() + 60
@@ -449,3 +450,18 @@ def test_a1_with_a_partition_unread_rejoins_instead_of_folding_it_from_0(
             break
     _check_replay(broker, settings)
     assert clients.reads >= 3, "the unread assignment was not retried"
+
+
+def test_an_owner_mark_with_a_partition_error_rejoins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The synchronous offset commit reports a partition's failure in the returned list
+    without raising; read as written, that partition would be folded with no mark, its owner
+    invisible to the next A0, and a late mark could land after our transactional commits."""
+    settings = _settings(tmp_path)
+    faults = Faults(step="owner mark", kind="partition")
+    broker = _broker(settings, faults)
+    _run_until_done(settings, broker)
+    assert faults.fired == 1, "the owner mark was never reached"
+    assert broker.clients_created >= 2, "a partition not marked must rejoin with new clients"
+    _check_replay(broker, settings)

@@ -14,9 +14,11 @@ from engine.runtime import commit_loop
 from engine.runtime.engine import Engine
 from engine.runtime.transaction import Transaction
 from engine.settings import load_settings
-from tests.integration.engine_harness import CODEC
+from engine.wire import Codec
 from tests.unit.runtime.fakes import FakeBroker, FakeClients, Faults
 from tools.bench_fold import build_log
+
+CODEC = Codec()
 
 
 def _commits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_events: int) -> tuple[int, int]:
