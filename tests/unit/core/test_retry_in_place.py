@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from engine.core.events import AckOutcome, AckSource, Decision, Event, Reason, Verdict
-from engine.core.fold import fold, replay
-from engine.core.state import PARK_MS, Health, SessionState, SlotStatus
+from engine.core.fold import replay
+from engine.core.state import PARK_MS, Health, SlotStatus
 from engine.core.watermark import expire
-from tests.unit.core.builders import ack, intent, msg
+from tests.unit.core.builders import ack, fold_all, intent, msg
 
 U, A, B = msg("hello"), msg("answer"), msg("more")
 
@@ -86,12 +86,7 @@ def test_a_commit_after_not_written_with_no_retry_is_ambiguous_once_its_wait_end
         ack("a1", AckOutcome.NOT_WRITTEN, t=1_100),
         ack("a2", AckOutcome.COMMITTED, t=1_300),
     ]
-    state: SessionState | None = None
-    decisions: list[Decision] = []
-    for position, event in enumerate(events):
-        result = fold(state, event, position)
-        state, decisions = result.state, [*decisions, *result.decisions]
-    assert state is not None
+    state, decisions = fold_all(events)
     assert decisions[-1].reason is Reason.PARKED
     assert expire(state, 1_300 + PARK_MS - 1) == (state, [])
     after, answers = expire(state, 1_300 + PARK_MS)  # the partition's intents moved on
