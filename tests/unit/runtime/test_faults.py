@@ -123,11 +123,15 @@ def _stop_when_folded(engine: Engine) -> Callable[[], None]:
 
 
 def _run_until_done(
-    settings: Settings, broker: FakeBroker, watchdog: Watchdog | None = None
+    settings: Settings,
+    broker: FakeBroker,
+    watchdog: Watchdog | None = None,
+    shared: FakeClients | None = None,
 ) -> int:
-    """Run engine processes until every input is committed; returns how many ran."""
+    """Run engine processes until every input is committed; returns how many ran. `shared`:
+    one set of clients for every process (to count what they saw), else new ones for each."""
     for incarnation in range(1, 6):
-        clients = FakeClients(broker)
+        clients = shared if shared is not None else FakeClients(broker)
         engine = Engine(settings, clients=clients, watchdog=watchdog)
         # Stop once nothing is left to consume or fold (the order buffer may hold records
         # released a few at a time) and no transaction is open (a failing last commit would
@@ -437,17 +441,7 @@ def test_a1_with_a_partition_unread_rejoins_instead_of_folding_it_from_0(
     broker = _broker(settings, Faults(step="persist", kind="crash", skip=1))
     _persist_hits(monkeypatch, broker.faults)
     clients = _UnreadOffsetClients(broker)
-    for _ in range(5):
-        engine = Engine(settings, clients=clients)
-        clients.on_idle = _stop_when_folded(engine)
-        try:
-            engine.run()
-        except Crash:
-            for task in engine.tasks.values():
-                task.store.abandon()
-            continue
-        if _done(broker, settings):
-            break
+    _run_until_done(settings, broker, shared=clients)
     _check_replay(broker, settings)
     assert clients.reads >= 3, "the unread assignment was not retried"
 
