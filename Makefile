@@ -60,7 +60,7 @@ soak: setup
 		-m kafka tests/integration/test_engine_crash.py \
 		"tests/integration/test_engine_resilience.py::test_broker_restart_under_load" -q -s
 
-## soak-core: the lifecycle property over 100,000 random examples (no broker; figures for the notes).
+## soak-core: the lifecycle property over 100,000 random examples (no broker; prints Hypothesis's statistics).
 soak-core: setup
 	LIFECYCLE_SOAK=1 LIFECYCLE_EXAMPLES=$${EXAMPLES:-100000} $(VENV)/bin/pytest -q -p no:cacheprovider --timeout=0 \
 		--hypothesis-show-statistics tests/unit/core/test_lifecycle.py

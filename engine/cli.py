@@ -172,9 +172,10 @@ def _run_engine(settings: Settings) -> int:
     from engine.runtime.collector import Collector
     from engine.runtime.engine import Engine
     from engine.runtime.metrics import EngineMetrics, serve_health
-    from engine.runtime.supervisor import parent_gone, restarts_before
+    from engine.runtime.supervisor import die_with_supervisor, parent_gone, restarts_before
     from engine.runtime.watchdog import Watchdog
 
+    die_with_supervisor()
     logging.getLogger("reconciler").info("settings: %s", settings.redacted())
     watchdog = Watchdog()
     watchdog.start(orphan_check=parent_gone)

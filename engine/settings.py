@@ -191,3 +191,23 @@ def load_settings(
             f"invalid settings: {problems}.",
             "correct the file, RECONCILER_* variable or flag named.",
         ) from exc
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The `RECONCILER_*` variables from which `load_settings` builds `settings` again: every
+    field that has a value (None cannot be written as a variable and is left out) and each
+    librdkafka pass-through key as `RECONCILER_KAFKA__<KEY>`. This is how a test or a bench hands
+    a whole `Settings` to a `reconciler run` process: a field added later travels too."""
+    env: dict[str, str] = {}
+    for name, value in settings.model_dump(mode="json", exclude={"kafka"}).items():
+        if value is not None:
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            env[f"{ENV_PREFIX}{name.upper()}"] = text
+    for key, value in settings.kafka.items():
+        if "_" in key:  # load_settings reads every `_` of such a variable back as a dot
+            raise ConfigError(
+                f"the librdkafka key {key!r} cannot be written as a RECONCILER_KAFKA__ variable.",
+                "pass it in the [kafka] table of a settings file (--config) instead.",
+            )
+        env[KAFKA_ENV_PREFIX + key.upper().replace(".", "_")] = value
+    return env

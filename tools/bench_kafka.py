@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from engine.admin.topics import create_topics
 from engine.core.events import AckEvent, Event, IntentEvent
-from engine.settings import Settings, load_settings
+from engine.settings import Settings, load_settings, settings_env
 from engine.wire import Codec, RecordType
 from tools.answer_reader import AnswerReader
 from tools.bench_fold import session_events
@@ -198,21 +198,10 @@ class AnswerCounter:
 def engine_env(
     settings: Settings, processes: int = 1, instance_id: str = "engine-0"
 ) -> dict[str, str]:
-    env = dict(os.environ)
-    for name in (
-        "bootstrap_servers",
-        "topic_prefix",
-        "partitions",
-        "group_id",
-        "state_dir",
-        "commit_interval_ms",
-        "metrics_port",
-        "session_timeout_ms",
-    ):
-        env[f"RECONCILER_{name.upper()}"] = str(getattr(settings, name))
-    env["RECONCILER_PROCESSES"] = str(processes)
-    env["RECONCILER_INSTANCE_ID"] = instance_id
-    return env
+    """This environment plus every field of `settings`, for `processes` engine children
+    under `instance_id`."""
+    own = settings.model_copy(update={"processes": processes, "instance_id": instance_id})
+    return os.environ | settings_env(own)
 
 
 def start(

@@ -1,4 +1,4 @@
-"""Where the engine's resident memory goes (a diagnostic for issue 11/12, not a test).
+"""Where the engine's resident memory goes (a diagnostic, not a test).
 
 Runs one engine in this process against a broker, feeds it N sessions (the realistic mix of
 `tools/bench_fold.py`) and then M malformed records, and prints after each phase: RSS, the

@@ -4,16 +4,22 @@ Crash-only recovery: the engine exits on anything it cannot handle in place (the
 exit 75, a crash, kill -9) and the next process resumes from what Kafka and its local store hold
 (COMMIT_PROTOCOL.md). In Kubernetes the pod would restart too, but slower and with a rebalance;
 locally nothing else would. The child learns how many restarts came before it from
-`RECONCILER_ENGINE_RESTARTS` (exported as `reconciler_engine_restarts_total`) and exits by
-itself if this parent disappears (`RECONCILER_SUPERVISOR_PID`).
+`RECONCILER_ENGINE_RESTARTS` (exported as `reconciler_engine_restarts_total`) and dies with
+this parent: on Linux the kernel kills it the moment the parent dies (`die_with_supervisor`);
+elsewhere the watchdog polls for the parent (`RECONCILER_SUPERVISOR_PID`, `parent_gone`). A
+child that outlived its parent would keep the metrics port and the instance id, so a
+`reconciler run` started again at once would fail its first child on the port and fence with
+the orphan until the poll ended it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -26,6 +32,8 @@ RESTARTS_ENV = "RECONCILER_ENGINE_RESTARTS"
 SUPERVISOR_ENV = "RECONCILER_SUPERVISOR_PID"
 CONFIG_ERROR_EXIT = 2  # bad settings: a restart would fail the same way
 HEALTHY_AFTER_S = 60.0  # a child that ran this long resets the backoff
+ORPHANED_EXIT = 75  # EX_TEMPFAIL, as the watchdog's exit when it finds the parent gone
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,38 @@ def _keep_running(
         )
         if stopping.wait(delay):
             return code
+
+
+def die_with_supervisor() -> None:
+    """In the child, first thing: have Linux SIGKILL this process the moment the supervisor
+    that started it dies. SIGKILL, not SIGTERM: a drain would keep the metrics port and the
+    instance id while a new supervisor starts, and crash-only recovery makes a kill safe.
+
+    A parent that died before the prctl call sends nothing, so the parent is checked after it:
+    re-parented already means orphaned, and the process exits at once. Without the variable
+    (not started by `reconciler run`) nothing is done; off Linux, or if prctl fails, the
+    watchdog's poll of `parent_gone` is what ends an orphan."""
+    expected = os.environ.get(SUPERVISOR_ENV)
+    if expected is None:
+        return
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+        prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+        prctl.restype = ctypes.c_int
+        if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            errno = ctypes.get_errno()
+            log.warning(
+                "prctl(PR_SET_PDEATHSIG) failed (%s); an orphaned engine ends at the "
+                "watchdog's next check instead",
+                os.strerror(errno),
+            )
+    if parent_gone():
+        log.critical(
+            "the supervising process %s died before this engine started; exiting", expected
+        )
+        logging.shutdown()
+        os._exit(ORPHANED_EXIT)
 
 
 def parent_gone() -> bool:

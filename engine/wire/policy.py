@@ -84,7 +84,7 @@ POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
             2,
             {
                 1: "register/held/release/discard of a pending Session write",
-                2: "Binding.items_digest_stable, nullable persisted_count (issue 10)",
+                2: "Binding.items_digest_stable, nullable persisted_count",
             },
         ),
         RecordType.ACK: _policy(
@@ -95,7 +95,7 @@ POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
             2,
             {
                 1: "restored runner's checkpoint record, reread tail and identity",
-                2: "checkpoint_session_id; Binding.items_digest_stable (issue 10)",
+                2: "checkpoint_session_id; Binding.items_digest_stable",
             },
         ),
         RecordType.REPAIR: _policy(

@@ -23,7 +23,7 @@ from engine.admin.topics import create_topics
 from engine.core.events import Decision, Event
 from engine.runtime.engine import Engine
 from engine.runtime.metrics import EngineMetrics
-from engine.settings import Settings, load_settings
+from engine.settings import Settings, load_settings, settings_env
 from engine.wire import Codec, DeadLetter, RecordType
 from engine.wire.partitioner import partition_for
 
@@ -70,27 +70,6 @@ def engine_thread(settings: Settings, metrics: EngineMetrics | None = None) -> I
         assert not thread.is_alive(), "the engine did not stop within 60 s"
 
 
-def settings_env(settings: Settings) -> dict[str, str]:
-    env = dict(os.environ)
-    for name in (
-        "bootstrap_servers",
-        "topic_prefix",
-        "partitions",
-        "group_id",
-        "state_dir",
-        "commit_interval_ms",
-        "session_timeout_ms",
-        "transaction_timeout_ms",
-        "instance_id",
-        "metrics_port",
-        "watchdog_margin_s",
-        "liveness_timeout_s",
-        "restart_backoff_max_s",
-    ):
-        env[f"RECONCILER_{name.upper()}"] = str(getattr(settings, name))
-    return env
-
-
 @dataclass
 class EngineProcess:
     """`reconciler run`, the supervised command a user starts: a supervisor and its engine
@@ -106,7 +85,7 @@ class EngineProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 (lives as long as the process)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "engine.cli", "run"],
-            env=settings_env(self.settings) | self.extra_env,
+            env=os.environ | settings_env(self.settings) | self.extra_env,
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=REPO,

@@ -4,7 +4,8 @@ decisions resume, exactly once.
 
 The hang is injected from outside the engine: a `sitecustomize` on the child's PYTHONPATH wraps
 the real producer so that the first `send_offsets_to_transaction` of the first process blocks
-forever (librdkafka issue 5456 behaves like this when the group coordinator goes away).
+forever (librdkafka behaves like this when the group coordinator goes away:
+https://github.com/confluentinc/librdkafka/issues/5456).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from msgspec.structs import replace
 
 from engine.admin.topics import create_topics
 from engine.core.events import AckOutcome, Decision, Event, Reason, Verdict
-from engine.settings import KAFKA_ENV_PREFIX, load_settings
+from engine.settings import Settings, load_settings
 from engine.wire import RecordType
 from tests.helm_render import engine_env, render
 from tests.integration.engine_harness import CODEC, engine_thread
@@ -54,11 +54,11 @@ def secure_broker() -> Iterator[SecureBroker]:
 def prefix(secure_broker: SecureBroker, unique_name: str) -> str:
     """Topics made by `admin`, with the engine's and runner's ACLs for them."""
     admin = kafka_secure.client_config(secure_broker.home, "admin")
-    admin_settings = load_settings(
-        environ={KAFKA_ENV_PREFIX + k.upper().replace(".", "_"): v for k, v in admin.items()},
+    admin_settings = Settings(
         bootstrap_servers=secure_broker.bootstrap,
         topic_prefix=f"{unique_name}.",
         partitions=2,
+        kafka=admin,
     )
     create_topics(admin_settings)
     kafka_secure.create_acls(

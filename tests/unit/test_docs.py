@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -349,3 +350,84 @@ def test_the_wire_readme_versions_table_is_the_policy() -> None:
         for kind, p in POLICY.items()
     }
     assert table == policy
+
+
+# Repository text speaks of the project alone: no numbers of the team's own issues or working
+# sessions, no lab notes, no names of tools that are not part of the project. Checked in every
+# tracked text file: code, comments, docs, charts, tests.
+INTERNAL = re.compile(
+    # a working session's number; not a flag (`--sessions N`) or a count (`10k sessions 0.1 s`)
+    r"(?<![-\w])sessions? \d+\b(?![.,]?\d)"
+    # an issue's number, also "Issue N's goals"; another project's issue is cited by its link
+    r"|\bissues? #?\d+"
+    r"|\bclosing notes?\b"
+    r"|\bfarm[-_ ]?(?:bench|studio)\b",
+    re.I,
+)
+# Numbers that are not ours: another project's issue, allowed where its link is in the same file.
+EXTERNAL_ISSUES = {
+    "5456": "https://github.com/confluentinc/librdkafka/issues/5456",
+    "5511": "https://github.com/confluentinc/librdkafka/issues/5511",
+}
+
+
+def internal_references(text: str) -> list[tuple[int, str]]:
+    """(line, matched text) of every reference to the team's own work in `text`."""
+    hits = []
+    for match in INTERNAL.finditer(text):
+        number = re.sub(r"\D", "", match.group())
+        if number in EXTERNAL_ISSUES and EXTERNAL_ISSUES[number] in text:
+            continue
+        hits.append((text.count("\n", 0, match.start()) + 1, match.group()))
+    return hits
+
+
+def _tracked_text_files() -> list[Path]:
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60
+    ).stdout
+    return [ROOT / name for name in listed.decode().split("\0") if name]
+
+
+def test_no_tracked_file_cites_our_own_issues_sessions_or_tools() -> None:
+    found, scanned = [], 0
+    for path in _tracked_text_files():
+        if not path.is_file():  # deleted in the work tree, not yet committed
+            continue
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if "\0" in text:
+            continue
+        scanned += 1
+        found += [f"{path.relative_to(ROOT)}:{n}: {hit}" for n, hit in internal_references(text)]
+    assert scanned > 200
+    assert found == [], "state these as facts about the code:\n" + "\n".join(found)
+
+
+def test_the_internal_reference_pattern() -> None:
+    # Digits and names joined at run time, so that this file cites nothing itself.
+    n, farm, notes = "8", "farm", "closing " + "notes"
+    for cited in [
+        f"after session {n}'s merges",
+        f"Sessions {n} to 9 ran on",
+        f"## Open ends (issue {1}{n})",
+        f"### Issue {1}{n}'s goals",
+        f"a diagnostic for issue {1}{n}/12",
+        f"librdkafka issue {9}{n}",  # another project's number without its link
+        f"see the {notes}",
+        f"paired runs with {farm}-bench",
+        f"measured in {farm.title()} Studio",
+    ]:
+        assert internal_references(cited), cited
+    for fine in [
+        f'BENCH_ARGS="--sessions 1000{n}"',
+        f"--restore-sessions 20000{n}",
+        f"RECONCILER_SOAK_SESSIONS={n}",
+        f"10k sessions {0}.{n} s, 100k 1.0 s",
+        f"with sessions 10,00{n}",
+        "librdkafka issue 5456 (https://github.com/confluentinc/librdkafka/issues/5456)",
+        "a session id",
+    ]:
+        assert internal_references(fine) == [], fine

@@ -8,7 +8,7 @@ import pytest
 
 from engine.cli import main
 from engine.errors import ConfigError
-from engine.settings import load_settings
+from engine.settings import Settings, load_settings, settings_env
 
 
 def test_file_then_environment_then_flags(tmp_path: Path) -> None:
@@ -106,3 +106,32 @@ def test_each_of_n_processes_gets_its_own_instance_state_dir_and_port(tmp_path: 
 def test_processes_must_be_at_least_one() -> None:
     with pytest.raises(ConfigError, match="processes"):
         load_settings(environ={"RECONCILER_PROCESSES": "0"})
+
+
+def test_settings_env_gives_load_settings_every_field_back() -> None:
+    settings = load_settings(
+        environ={},
+        topic_prefix="env.",
+        partitions=4,
+        state_dir=Path("/tmp/elsewhere"),
+        commit_overlap=False,
+        watchdog_margin_s=7.5,
+        log_format="json",
+        schema_registry_url="http://registry:8081",
+        processes=3,
+    ).model_copy(update={"kafka": {"sasl.mechanism": "PLAIN", "socket.timeout.ms": "5000"}})
+    env = settings_env(settings)
+    assert load_settings(None, env) == settings
+    assert env["RECONCILER_COMMIT_OVERLAP"] == "false"
+    assert env["RECONCILER_KAFKA__SASL_MECHANISM"] == "PLAIN"
+    assert "RECONCILER_LATENCY_TRACE_PATH" not in env  # None: left at its default
+    fields = {name for name in Settings.model_fields if name != "kafka"}
+    assert {f"RECONCILER_{name.upper()}" for name in fields} - set(env) == {
+        "RECONCILER_LATENCY_TRACE_PATH"
+    }
+
+
+def test_settings_env_refuses_a_kafka_key_it_cannot_write() -> None:
+    settings = load_settings(environ={}).model_copy(update={"kafka": {"odd_key": "1"}})
+    with pytest.raises(ConfigError, match="odd_key"):
+        settings_env(settings)

@@ -138,7 +138,7 @@ def test_binding_follows_the_store_like_the_sdk(tmp_path: Path) -> None:
 def test_client_carries_schema_version_persisted_count_and_checkpoint_session(
     tmp_path: Path,
 ) -> None:
-    """Issue 10 item 8: no field the core compares is left at its default by the client."""
+    """No field the core compares is left at its default by the client."""
 
     async def scenario() -> None:
         world = fold_world(tmp_path)

@@ -1,7 +1,7 @@
 """A model of a Session store and of runner processes, driven through the fold.
 
 The runners follow the client contract (durable intent and checkpoint before the append, the
-engine's answer obeyed) and suffer every fault the issue lists: a crash before, inside or after
+engine's answer obeyed) and suffer every fault a runner can meet: a crash before, inside or after
 the append, a lost ack, a definite failure, a store rollback, a partial append, restores from a
 checkpoint (one copy or two), a foreign writer that pops, rewrites or appends, held batches that
 settle or are dropped. The engine reads the three input topics in time order while the model

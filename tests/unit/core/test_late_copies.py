@@ -4,7 +4,8 @@ For every input of each lifecycle prefix below, `late_copies.audit_copy` folds a
 (same event id, content and event time) after the de-duplication window moved past it, and
 compares with the same log without the copy: the copy's state, its answer, and the answers of
 the session's next legitimate steps (`followups`). SPEC.md §6 "Late copies" says what is
-guaranteed; the table in the closing note of session 8 lists what failed before the fix.
+guaranteed. The audit came with commit efd18b4 (4 December 2026), which also fixed the three
+cases it found failing.
 """
 
 from __future__ import annotations

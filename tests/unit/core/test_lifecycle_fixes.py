@@ -1,4 +1,5 @@
-"""One test per lifecycle behaviour of issue 10 that was wrong; each failed on the code before."""
+"""One test per lifecycle behaviour the core got wrong until 3 December 2026 (fixed by commits
+73da209, d57a06a and 9c6b62c); each failed on the code before its fix."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A retry in place under the same fence after NOT_WRITTEN gets the same final answers whichever
-input topic is read first (issue 10, retry in place; README "Attempts")."""
+input topic is read first (README "Attempts")."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ def test_record_round_trip() -> None:
 def test_idle_session_is_under_one_kilobyte() -> None:
     size = idle_size_bytes()
     print(f"idle session state: {size} bytes (compact JSON)")
-    # 1 KB until issue 10 added Binding.items_digest_stable and the parked_intents list.
+    # 1 KB until session_state v2 added Binding.items_digest_stable and the parked_intents list.
     assert size < 1100
 
 
