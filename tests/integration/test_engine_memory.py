@@ -34,7 +34,7 @@ SESSIONS = int(os.environ.get("RECONCILER_MEMORY_SESSIONS", "5000"))
 MALFORMED = int(os.environ.get("RECONCILER_MEMORY_MALFORMED", "20000"))
 READ_CACHE_MB = 64
 RSS_BUDGET_MB = 300
-"""The README's RSS goal for 200,000 live sessions, and about its budget for these settings: ~90 MB at rest + 2 x the
+"""The README's RSS goal, and about its budget for these settings: ~90 MB at rest + 2 x the
 64 MB read cache + the 16 MB fetch queue + the 32 MB producer queue + 8 MB of SQLite cache, plus
 one transaction and one consume() batch. Measured with 200,000 sessions: 169-182 MB (it was
 466-468 MB before the byte bounds, MALLOC_ARENA_MAX and malloc_trim)."""
