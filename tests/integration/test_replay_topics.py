@@ -34,9 +34,9 @@ def _in(sid: str, event: Event) -> Event:
 
 
 def _inputs(parts: int) -> list[Event]:
-    """On partition 0: a lost ack resumed, an ack ahead of its intent (PARKED, then /final),
-    a resume whose intent never comes (answered by the watermark sweep). On partition 1: an
-    ordinary write resumed after its definite failure."""
+    """On partition 0: a lost ack resumed, an ack under a fence never granted (PARKED, then
+    its /final from the watermark sweep), a resume whose intent never comes (the sweep too).
+    On partition 1: an ordinary write resumed after its definite failure."""
     lost, early, orphan, failed = (
         session_on(p, parts, stem)
         for p, stem in ((0, "lost"), (0, "early"), (0, "orphan"), (1, "ok"))
@@ -45,7 +45,7 @@ def _inputs(parts: int) -> list[Event]:
         _in(lost, intent("e1", [OUT], [U, C], t=T0)),
         _in(lost, ack("a1", AckOutcome.UNKNOWN, t=T0 + 100)),
         _in(lost, resume("q1", record([OUT], [U, C]), [U, C, OUT], t=T0 + 70_000)),
-        _in(early, ack("a1", AckOutcome.COMMITTED, t=T0 + 10)),
+        _in(early, ack("a1", AckOutcome.NOT_WRITTEN, fence=99, t=T0 + 10)),
         _in(early, intent("e1", [OUT], [U, C], t=T0 + 20)),
         _in(orphan, resume("q1", record([OUT], [U, C], intent_id="never"), [U, C], t=T0 + 30)),
         _in(lost, intent("e2", [U], [U, C, OUT], intent_id="i2", seq=2, t=T0 + PARK_MS + 200)),
@@ -66,14 +66,19 @@ def test_replay_verifies_what_the_engine_published_and_names_a_forged_answer(
     answers = {s.decision.decision_id: s for s in seen}
     early = events[3].session_id
     assert answers[f"{early}/a1"].decision.reason is Reason.PARKED
-    assert answers[f"{early}/a1/final"].decision.verdict is Verdict.RECORDED
+    final = answers[f"{early}/a1/final"]
+    assert (final.decision.verdict, final.decision.reason) == (
+        Verdict.REJECTED,
+        Reason.UNKNOWN_FENCE,
+    )
+    assert final.source.startswith("watermark:0:")
     orphan = events[5].session_id
     assert answers[f"{orphan}/q1/final"].source.startswith("watermark:0:")
 
     common = ["--bootstrap-servers", kafka_bootstrap, "--topic-prefix", settings.topic_prefix]
     assert main(["replay", "--verify", *common, "--timeout", "30"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("partition 0: replayed 7 inputs and 1 watermark sweeps of 3 sessions")
+    assert out[0].startswith("partition 0: replayed 7 inputs and 2 watermark sweeps of 3 sessions")
     assert out[1].startswith("partition 1: replayed 3 inputs and 0 watermark sweeps of 1 sessions")
     assert out[2].startswith("partition 2: replayed 0 inputs and 0 watermark sweeps of 0 sessions")
 
