@@ -87,9 +87,11 @@ def outcome_from_decision(decision: Decision) -> ResumeOutcome:
 
 
 def answers(decision: Decision, request_id: str) -> bool:
-    """True when ``decision`` is the final answer to resume ``request_id``.
+    """True when ``decision`` is the final answer to the input (resume, intent, ack or repair)
+    whose event id is ``request_id``.
 
-    A resume parked for its intent is answered DEFERRED (``final=False``, id == request id) and
-    later once more with id ``request_id + "/final"``; only a final one counts.
+    An input that waits is answered first with ``final=False`` (DEFERRED for a resume, RECORDED
+    PARKED for an intent or ack; id == request id) and later once more with id
+    ``request_id + "/final"``; only the final one counts (SPEC.md §6).
     """
     return decision.final and decision.in_reply_to == request_id

@@ -1,4 +1,4 @@
-"""The `reconciler` command: `topics create|verify`, `run`, `explain`, `repair`, `demo`.
+"""The `reconciler` command: `topics create|verify`, `run`, `explain`, `repair`, `replay`, `demo`.
 
 Bad arguments and bad settings end with one message on stderr and exit status 2; an engine
 error (Kafka unreachable, wrong topic layout) ends with its cause and fix and exit status 1.
@@ -225,6 +225,38 @@ def _repair(args: argparse.Namespace) -> int:
     return 0 if decision.verdict == "RECORDED" else 1
 
 
+def _replay(args: argparse.Namespace) -> int:
+    from engine.admin.replay import read_steps, verify
+
+    if args.inputs is not None:
+        if args.partition:
+            raise ConfigError(
+                "--partition selects topic partitions; a corpus file (--inputs) has none.",
+                "pass either --inputs FILE or --partition N, not both.",
+            )
+        outcome = verify(read_steps(args.inputs))
+        print(f"{args.inputs}: {outcome.summary()}")
+        return 0
+    from engine.admin.replay_topics import partitions_to_replay, replay_steps
+
+    settings = _settings(args)
+    partitions, count = partitions_to_replay(settings, args.partition, args.timeout)
+    for partition in partitions:
+        outcome = verify(replay_steps(settings, partition, count))
+        print(f"partition {partition}: {outcome.summary()}")
+    return 0
+
+
+def _partition_number(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a partition number: {text!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"a partition number is 0 or more, not {number}")
+    return number
+
+
 def _demo(args: argparse.Namespace) -> int:
     from engine.demo import run_demo, run_embedded
 
@@ -321,6 +353,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long to wait for the engine's answer once the command is recorded",
     )
     repair.set_defaults(handler=_repair)
+
+    replay = commands.add_parser(
+        "replay",
+        help="fold recorded inputs again with this core and compare with the published decisions",
+    )
+    _add_common(replay)
+    _add_timeout(replay)
+    replay.add_argument(
+        "--verify",
+        action="store_true",
+        required=True,
+        help="compare every decision; exit 1 at the first difference, naming it",
+    )
+    replay.add_argument(
+        "--partition",
+        type=_partition_number,
+        action="append",
+        default=[],
+        metavar="N",
+        help="replay this partition (repeatable; default: every partition), from its first offset",
+    )
+    replay.add_argument(
+        "--inputs",
+        type=Path,
+        metavar="FILE",
+        help="a frozen corpus of inputs and decisions (JSON lines) instead of the topics",
+    )
+    replay.set_defaults(handler=_replay)
 
     demo = commands.add_parser("demo", help="drive scripted runners through the key cases")
     _add_common(demo)

@@ -29,6 +29,7 @@ from engine.core.members import (
     REASON_ACCEPTED,
     REASON_AMBIGUOUS,
     REASON_GATE_VIOLATION,
+    REASON_HISTORY_CHANGED,
     REASON_LATE_APPEND,
     REASON_PARTIAL_COMMIT,
     REASON_STALE_FENCE,
@@ -106,6 +107,24 @@ def fold_ack(
         )
     new_state, reason, alert = apply_ack(state, slot, event)
     return new_state, ack_answer(new_state, event, reason, alert, suffix)
+
+
+def tail_lost_batch(slot: IntentSlot, event: AckEvent) -> bool:
+    """A store COMMITTED ack whose observed tail does not end with the intent's batch.
+
+    The store reads its tail after the append (or in its outbox/CDC pass), in the appended form
+    of its items (SPEC.md §4, Ack ``observed_tail``): a tail that does not end with the batch's
+    digests means someone else rewrote, removed or appended after the batch before the store
+    looked. Only the batch is compared: ``before`` was read by the runner in the stored form,
+    which a backend that rewrites items (``items_digest_stable`` false) digests differently.
+    On such a backend this is the only evidence of a foreign rewrite, since a resume's tail can
+    be compared by ``before`` and length only (`reconcile._tail_ends_with_batch`).
+    """
+    tail = event.observed_tail
+    if event.source is not SOURCE_STORE or tail is None:
+        return False
+    batch = slot.batch
+    return len(tail) < len(batch) or tail[len(tail) - len(batch) :] != batch
 
 
 def _past_evidence(state: SessionState, slot: IntentSlot, event: AckEvent) -> str:
@@ -258,6 +277,14 @@ def ack_answer(
     state: SessionState, event: AckEvent, reason: Reason, alert: bool, suffix: AnswerSuffix
 ) -> Decision:
     """RECORDED, with the alert set when this evidence moved the session out of CLEAR."""
+    trail = make_trail((STEP_EVIDENCE, f"{event.source} ack {event.outcome}"))
+    if reason is REASON_HISTORY_CHANGED:
+        tail = event.observed_tail or []
+        why = (
+            f"the store's tail after the append ({len(tail)} digests) does not end with the "
+            "batch: the Session history changed after it was written"
+        )
+        trail.extend(make_trail((STEP_WHY, why)))
     return decide(
         state,
         event,
@@ -265,7 +292,7 @@ def ack_answer(
         reason,
         alert=alert,
         action=ACTION_REPAIR if alert else None,
-        trail=make_trail((STEP_EVIDENCE, f"{event.source} ack {event.outcome}")),
+        trail=trail,
         suffix=suffix,
     )
 
@@ -333,6 +360,14 @@ def _apply_evidence(
         if slot.not_written:
             state = replace(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_AMBIGUOUS)
             return replace(state, slot=replace(slot, **update)), REASON_AMBIGUOUS
+        if tail_lost_batch(slot, event):
+            # The batch was written, and the store saw it gone or followed since: "do not
+            # replay" could lose output or hide a second writer (like a resume's HISTORY_CHANGED).
+            if state.health is HEALTH_CLEAR:
+                state = replace(
+                    state, health=HEALTH_AMBIGUOUS, health_reason=REASON_HISTORY_CHANGED
+                )
+            return replace(state, slot=replace(slot, **update)), REASON_HISTORY_CHANGED
         return replace(state, slot=replace(slot, **update)), REASON_ACCEPTED
     if event.outcome is OUTCOME_NOT_WRITTEN:
         new_slot = replace(slot, not_written=True)

@@ -8,9 +8,10 @@ Decisions per input (what the engine service can check end to end):
   answered too, with the same ``decision_id``: a duplicate of the granting resume is re-answered
   with the same grant and fence; any other duplicate gets RECORDED/WITHHELD ``DUPLICATE``.
 * An input that refers to something not folded yet waits (`parked.py`): a resume whose
-  checkpoint is ahead of the engine (DEFERRED, ``final=False``), an ack ahead of its intent,
-  fence or release, an intent under a fence not granted yet (RECORDED PARKED). Each gets one
-  more decision when it is answered for good, ``decision_id == event_id + "/final"``, at the
+  checkpoint is ahead of the engine (DEFERRED), an ack ahead of its intent, fence or release,
+  an intent under a fence not granted yet (RECORDED PARKED); that first answer has
+  ``final=False``. Each gets one more decision when it is answered for good, ``final=True``
+  and ``decision_id == event_id + "/final"``, at the
   latest when it is evicted or ``PARK_MS`` of event time old (SPEC.md §6 "Parked inputs").
 * Every decision carries a ``runner_action`` (README "Runner actions").
 

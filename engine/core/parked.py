@@ -60,7 +60,7 @@ def _intent_parked(state: SessionState, event: IntentEvent) -> Decision:
     why = f"fence {event.fence_token} is ahead of the engine's {state.fence_token}"
     if not awaits_grant(state, event):
         why = f"re-arm of {event.intent_id} ahead of the failure it retries"
-    return decide(state, event, VERDICT_RECORDED, REASON_PARKED, trail=make_trail((STEP_WHY, why)))
+    return _parked_answer(state, event, why)
 
 
 def park_ack(state: SessionState, event: AckEvent) -> tuple[SessionState, list[Decision]]:
@@ -83,7 +83,14 @@ def park_ack(state: SessionState, event: AckEvent) -> tuple[SessionState, list[D
 
 def _ack_parked(state: SessionState, event: AckEvent) -> Decision:
     why = "the ack refers to an intent, fence, release or re-arm not folded yet"
-    return decide(state, event, VERDICT_RECORDED, REASON_PARKED, trail=make_trail((STEP_WHY, why)))
+    return _parked_answer(state, event, why)
+
+
+def _parked_answer(state: SessionState, event: Event, why: str) -> Decision:
+    """RECORDED PARKED, ``final=False``: the `/final` answer replaces it (SPEC.md §4, Decision
+    ``final``), so a producer waiting for ``final=true`` waits for the answer that counts."""
+    trail = make_trail((STEP_WHY, why))
+    return decide(state, event, VERDICT_RECORDED, REASON_PARKED, trail=trail, final=False)
 
 
 def answer_waiting_copy(state: SessionState, event: Event) -> Decision | None:

@@ -211,6 +211,7 @@ def test_alert_rules_and_dashboard_use_only_metrics_the_engine_exports() -> None
     assert {
         "ReconcilerSessionNeedsRepair",
         "ReconcilerGateViolation",
+        "ReconcilerHistoryChanged",
         "ReconcilerWithheldResumesRising",
         "ReconcilerDeadLetters",
         "ReconcilerConsumerLag",
