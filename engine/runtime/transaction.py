@@ -31,10 +31,11 @@ _Held = tuple[str, bytes | None, bytes, str, bool, Callable[[bool], None] | None
 CALL_TIMEOUT_S = 10.0
 """The timeout given to one librdkafka call; a retry gets what is left of the step's deadline."""
 STEP_DEADLINE_S = 40.0
-"""Steps 3-5 together, and any other transactional call with its retries: well under
-`max.poll.interval.ms` (60 s)."""
+"""Steps 4-5 together (from step 4's flush to step 5's return), and any other transactional
+call with its retries: well under `max.poll.interval.ms` (60 s). Step 3 is not under it."""
 OWN_BUDGET_MARGIN_S = 5.0
-"""A call that librdkafka is known to hang past its own timeout (5456: send_offsets with a
+"""A call that librdkafka is known to hang past its own timeout (librdkafka#5456,
+https://github.com/confluentinc/librdkafka/issues/5456: send_offsets with a
 retired coordinator handle) is cut by the watchdog this long after that timeout, not after
 the general budget (transaction timeout + margin, ~45 s)."""
 
