@@ -87,7 +87,7 @@ def test_runtime_text_names_no_session_or_issue_numbers_of_ours() -> None:
         for path, text in _runtime_texts()
         for m in own.finditer(text)
     ]
-    assert [] == found
+    assert found == []
 
 
 def test_librdkafka_defects_carry_their_link() -> None:
@@ -100,4 +100,4 @@ def test_librdkafka_defects_carry_their_link() -> None:
             number = m.group(1) or m.group(2)
             if f"https://github.com/confluentinc/librdkafka/issues/{number}" not in text:
                 missing.append(f"{path.relative_to(RUNTIME)}: {m.group(0)}")
-    assert [] == missing
+    assert missing == []
