@@ -8,21 +8,21 @@ import logging
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from engine import oplog
 from engine.core.events import Decision, Event, Reason, RepairEvent
 from engine.runtime.clients import ConsumerLike
+from engine.runtime.commit.commit import Commit
+from engine.runtime.commit.errors import AbortableError, RejoinError
+from engine.runtime.commit.protocol import Step
+from engine.runtime.commit.transaction import CALL_TIMEOUT_S, Transactions
 from engine.runtime.engine_state import Consumed, EngineState
 from engine.runtime.ingest import Rejected
 from engine.runtime.metrics import DEAD_LETTER_REFUSED
 from engine.runtime.ordering import FIRST, Buffered
-from engine.runtime.protocol import Step
-from engine.runtime.task import InputFailedError, PartitionTask, pending_header
-from engine.runtime.transaction import CALL_TIMEOUT_S, AbortableError, RejoinError, Transaction
+from engine.runtime.task import InputFailedError, PartitionTask
 from engine.wire.dead_letter import EXCERPT_BYTES
 
 log = logging.getLogger("reconciler.engine")
@@ -74,15 +74,6 @@ CONSUME_BATCH = 1_000
 FOLD_AHEAD_CHUNK = 64  # records folded between two looks at whether the commit returned
 
 
-@dataclass(frozen=True)
-class Inflight:
-    """A commit between step 3 and step 6: its tasks, when step 3 began, its inputs' times."""
-
-    tasks: list[PartitionTask]
-    started: float
-    event_times: list[int]
-
-
 # Consumer errors that librdkafka reports as non-fatal but that no retry inside the same clients
 # fixes (an ACL changed under us): rejoin with new clients, backing off, so the log counts them.
 REJOIN_CODES = frozenset(
@@ -97,17 +88,14 @@ REJOIN_CODES = frozenset(
 class CommitLoop(EngineState):
     """The loop over one pair of clients: every input folded once, committed exactly once."""
 
-    _inflight: Inflight | None = None
-
-    def _loop(self, consumer: ConsumerLike, txn: Transaction) -> None:
+    def _loop(self, consumer: ConsumerLike, txn: Transactions) -> None:
         try:
             self._run_loop(consumer, txn)
         finally:
             if txn.in_flight:  # leaving with an exception: the commit ends as a crash would
-                txn.abandon_commit()
-                self._inflight = None
+                txn.abandon()
 
-    def _run_loop(self, consumer: ConsumerLike, txn: Transaction) -> None:
+    def _run_loop(self, consumer: ConsumerLike, txn: Transactions) -> None:
         last_commit = time.monotonic()
         # An idle consume() waits for the first record at most this long: well under the
         # commit interval, or a quiet topic adds the whole wait to every decision's latency.
@@ -151,7 +139,7 @@ class CommitLoop(EngineState):
                     more = len(batch) >= CONSUME_BATCH
                     # Only a commit or an abort closes the transaction, never step 2: once it is
                     # open, its deadline holds for the rest of the batch.
-                    due_at = txn.started + interval_s if txn.open else math.inf
+                    due_at = _due_at(txn, interval_s)
                     for n, record in enumerate(batch):
                         if time.monotonic() >= due_at:
                             # Commit now; the rest waits, in order: no batch of slow inputs
@@ -160,8 +148,8 @@ class CommitLoop(EngineState):
                             more = True
                             break
                         self._handle(txn, record)
-                        if due_at == math.inf and txn.open:
-                            due_at = txn.started + interval_s
+                        if due_at == math.inf:
+                            due_at = _due_at(txn, interval_s)
                     drained = drained and not more
             except AbortableError as exc:
                 self._abort(txn, str(exc))
@@ -263,7 +251,7 @@ class CommitLoop(EngineState):
         if flow.resume:
             consumer.resume([TopicPartition(t, p) for t, p in flow.resume])
 
-    def _handle(self, txn: Transaction, record: Buffered[Consumed]) -> None:
+    def _handle(self, txn: Transactions, record: Buffered[Consumed]) -> None:
         message, outcome = record.item
         topic, partition, offset = record.topic, record.partition, record.offset
         task = self.owned.claim(topic, partition, offset)
@@ -271,9 +259,9 @@ class CommitLoop(EngineState):
             return
         if not txn.open:
             txn.partitions = tuple(self.tasks)  # for the watchdog's report
-            txn.begin()
+        commit = txn.for_outputs()
         if isinstance(outcome, Rejected):
-            self._dead_letter(txn, message, outcome)
+            self._dead_letter(commit, message, outcome)
             return
         event: Event = outcome
         try:
@@ -289,26 +277,26 @@ class CommitLoop(EngineState):
                 offset,
                 failed,
             )
-            self._dead_letter(txn, message, self.ingest.failed(message, failed.cause))
+            self._dead_letter(commit, message, self.ingest.failed(message, failed.cause))
             return
         self.metrics.count_fold(topic, self.ingest.kind_of(event), decisions)
         where = f"{topic}/{partition}/{offset}"
         _log_for_operator(event, decisions, where)
         source = where.encode()
         for decision, payload in zip(decisions, payloads, strict=True):
-            txn.produce(
+            commit.produce(
                 self.topics.decisions,
                 decision.session_id.encode(),
                 payload,
                 Step.FOLD,
                 headers=[("source", source)],
             )
-        self._txn_event_times.append(event.event_time_ms)
+        commit.event_times.append(event.event_time_ms)
         if self.trace is not None:
             self.trace.folded((topic, partition, offset), event.session_id)
-        self._answer_overdue(txn, task)
+        self._answer_overdue(commit, task)
 
-    def _answer_overdue(self, txn: Transaction, task: PartitionTask) -> None:
+    def _answer_overdue(self, commit: Commit, task: PartitionTask) -> None:
         """Parked resumes the partition's intents watermark has passed get their final answer
         (engine/core/watermark.py), with a `source` naming that watermark for replays."""
         expired = task.expire_overdue(self.codec.encode)
@@ -318,7 +306,7 @@ class CommitLoop(EngineState):
         self.metrics.count_decisions(d for d, _ in expired)
         _log_alerts((d for d, _ in expired), source)
         for decision, payload in expired:
-            txn.produce(
+            commit.produce(
                 self.topics.decisions,
                 decision.session_id.encode(),
                 payload,
@@ -326,7 +314,7 @@ class CommitLoop(EngineState):
                 headers=[("source", source.encode())],
             )
 
-    def _dead_letter(self, txn: Transaction, message: Message, rejected: Rejected) -> None:
+    def _dead_letter(self, commit: Commit, message: Message, rejected: Rejected) -> None:
         """A dead letter is bounded (an excerpt), and a producer error on it is never fatal:
         it is logged and counted, and the partition goes on. Counted once produced, which a
         commit in flight defers to `produce_held`: only then is a refusal known."""
@@ -338,7 +326,7 @@ class CommitLoop(EngineState):
             self.metrics.dead_letters.labels(reason=outcome).inc()
             oplog.emit("dead_letter", session=_session_of(key), reason=outcome, source=source)
 
-        txn.produce(
+        commit.produce(
             self.topics.dead_letters,
             None if key is None else key[:EXCERPT_BYTES],
             rejected.payload,
@@ -347,46 +335,37 @@ class CommitLoop(EngineState):
             outcome=count,
         )
 
-    def _commit(self, txn: Transaction, tasks: list[PartitionTask] | None = None) -> None:
-        """Steps 3-6 for every ready task (or the given ones), waiting for the broker."""
-        if not txn.open:
+    def _commit(self, txn: Transactions) -> None:
+        """Steps 3-6 for every ready task, waiting for the broker."""
+        commit = txn.current
+        if commit is None or not commit.open:
             if self._stopping:  # nothing of step 6 may wait in an open SQLite batch
                 self._sync_stores()
             return
-        committing = tasks if tasks is not None else list(self.tasks.values())
-        started = time.monotonic()
         try:
-            self._changelog(txn, committing)  # step 3
-            assert self._consumer is not None
-            consumer = self._consumer
-            txn.commit(self.owned.positions(), consumer.consumer_group_metadata)  # steps 4-5
+            self._changelog(commit)  # step 3
+            commit.commit_steps()  # steps 4-5
         except AbortableError as exc:
             self._abort(txn, str(exc))
             return
-        times, self._txn_event_times = self._txn_event_times, []
-        self._committed(txn, Inflight(committing, started, times), sealed=False)
+        self._committed(commit)
 
-    def _start_commit(self, txn: Transaction) -> None:
-        """Step 3, then steps 4-5 in the transaction's worker thread (COMMIT_PROTOCOL.md,
+    def _start_commit(self, txn: Transactions) -> None:
+        """Step 3, then steps 4-5 in the commit's worker thread (COMMIT_PROTOCOL.md,
         "Overlap"): the tasks seal what this transaction wrote, so that step 6 persists
-        exactly that, whatever is folded ahead meanwhile."""
-        committing = list(self.tasks.values())
-        started = time.monotonic()
+        exactly that, whatever is folded ahead meanwhile into the next commit."""
+        commit = txn.current
+        assert commit is not None
         try:
-            self._changelog(txn, committing)
+            self._changelog(commit)
         except AbortableError as exc:
             self._abort(txn, str(exc))
             return
-        for task in committing:
-            task.seal()
         if self.trace is not None:
             self.trace.seal()
-        times, self._txn_event_times = self._txn_event_times, []
-        self._inflight = Inflight(committing, started, times)
-        assert self._consumer is not None
-        txn.start_commit(self.owned.positions(), self._consumer.consumer_group_metadata)
+        txn.hand_to_worker(commit)
 
-    def _overlap(self, consumer: ConsumerLike, txn: Transaction, drained: bool) -> None:
+    def _overlap(self, consumer: ConsumerLike, txn: Transactions, drained: bool) -> None:
         """While steps 4-5 run in the worker: fold what the order buffer releases, consuming
         more (never waiting) when it releases nothing, their outputs held by the transaction;
         then wait for the worker and finish the commit. A rebalance callback that runs inside
@@ -398,7 +377,7 @@ class CommitLoop(EngineState):
         room = self.settings.commit_max_events
         trace = self.trace
         try:
-            while not txn.commit_done() and folded < room:
+            while txn.worker_busy() and folded < room:
                 batch = self.order.ready(time.monotonic(), drained, FOLD_AHEAD_CHUNK)
                 if not batch:
                     if trace is not None:
@@ -451,67 +430,55 @@ class CommitLoop(EngineState):
             log.error("the commit in flight failed in a rebalance, rejoining: %s", exc)
             self._rejoin_requested = True
 
-    def _finish_commit(self, txn: Transaction) -> None:
-        """Steps 4-5 returned: step 6 of the sealed writes, then the next transaction begins
-        with the held outputs. If they failed (abortable), what was folded ahead is dropped
-        with them (`_abort`: discard, rewind); fatal errors propagate (rejoin)."""
-        inflight, self._inflight = self._inflight, None
-        assert inflight is not None
+    def _finish_commit(self, txn: Transactions) -> None:
+        """Steps 4-5 returned: step 6 of the sealed writes, then the next commit begins with
+        its held outputs. If they failed (abortable), what was folded ahead is dropped with
+        them (`_abort`: discard, rewind); fatal errors propagate (rejoin)."""
         try:
-            txn.finish_commit()
+            commit = txn.returned()
         except AbortableError as exc:
             self._abort(txn, str(exc))
             return
-        self._committed(txn, inflight, sealed=True)
+        self._committed(commit)
+        after = txn.current
+        if after is None or not after.holds_outputs:
+            return
         try:  # step 2's records, produced now: under step 2's guard
             with self.watchdog.guard(f"{Step.FOLD} fold", self.budget_s, self.tasks):
-                txn.produce_held()
+                after.begin()
         except AbortableError as exc:
             self._abort(txn, str(exc))
 
-    def _changelog(self, txn: Transaction, committing: list[PartitionTask]) -> None:
-        """Step 3: one changelog record per session changed in this transaction."""
+    def _changelog(self, commit: Commit) -> None:
+        """Step 3 for every ready task: one changelog record per session changed."""
         if self.trace is not None:
             self.trace.commit_ms = self.trace.now()
+        assert self._consumer is not None
         with self.watchdog.guard(f"{Step.CHANGELOG} produce", self.budget_s, self.tasks):
-            for task in committing:
-                # Only the last record reports its offset: the idempotent producer
-                # delivers one partition in order, so it is the highest (a Python
-                # callback per record cost more than the record's produce).
-                writes = task.changelog_records()
-                last = len(writes) - 1
-                for n, write in enumerate(writes):
-                    txn.produce(
-                        self.topics.changelog,
-                        write.session_id.encode(),
-                        write.state or b"",
-                        Step.CHANGELOG,
-                        partition=task.partition,
-                        headers=pending_header(write),
-                        on_delivery=_changelog_delivered(task) if n == last else None,
-                    )
+            commit.write_changelog(
+                self.topics.changelog,
+                list(self.tasks.values()),
+                self.owned.positions(),
+                self._consumer.consumer_group_metadata,
+            )
 
-    def _committed(self, txn: Transaction, inflight: Inflight, *, sealed: bool) -> None:
+    def _committed(self, commit: Commit) -> None:
         """After step 5: metrics, then step 6 (of the sealed generation only, when the
         commit overlapped with folds of the next transaction)."""
-        now_ms, done = time.time() * 1000, txn.committed_at
+        now_ms, done, sealed = time.time() * 1000, commit.committed_at, commit.overlapped
         stage = self.metrics.stage_seconds
-        stage.labels(stage="produce").observe(txn.flushed_at - inflight.started)  # 3, 4 flush
-        stage.labels(stage="commit").observe(done - txn.flushed_at)  # send offsets, commit
-        self.metrics.commit_seconds.observe(done - inflight.started)
-        self.metrics.observe_decision_latencies(now_ms, inflight.event_times)
+        stage.labels(stage="produce").observe(commit.flushed_at - commit.sealed_at)  # 3, 4
+        stage.labels(stage="commit").observe(done - commit.flushed_at)  # offsets, commit
+        self.metrics.commit_seconds.observe(done - commit.sealed_at)
+        self.metrics.observe_decision_latencies(now_ms, commit.event_times)
         if self.trace is not None:  # the worker's times, not when the loop saw them
             mono = time.monotonic()
-            flushed_ms, done_ms = (now_ms - (mono - t) * 1000 for t in (txn.flushed_at, done))
+            flushed_ms, done_ms = (now_ms - (mono - t) * 1000 for t in (commit.flushed_at, done))
             self.trace.committed(flushed_ms, done_ms, sealed=sealed)
         self._committed_since_rejoin = True
         persisted = time.monotonic()
         with self.watchdog.guard(Step.PERSIST_LOCALLY, self.budget_s, self.tasks):
-            for task in inflight.tasks:  # step 6
-                if sealed:
-                    task.persist_sealed()
-                else:
-                    task.persist()
+            commit.persist()  # step 6
             if self._stopping and not sealed:  # the last commit: nothing waits in SQLite
                 self._sync_stores()
             else:  # a partition without writes in this commit may hold a batch past its age
@@ -528,12 +495,11 @@ class CommitLoop(EngineState):
             for task in self.tasks.values():
                 task.store.sync()
 
-    def _abort(self, txn: Transaction, why: str) -> None:
+    def _abort(self, txn: Transactions, why: str) -> None:
         """Abortable error: abort, drop write caches, rewind inputs to committed offsets."""
         log.warning("aborting the transaction: %s", why)
         self.metrics.aborts.labels(kind="abortable").inc()
-        txn.abort()
-        self._txn_event_times.clear()
+        txn.abort_all()
         if self.trace is not None:
             self.trace.aborted()
         self.owned.discard_uncommitted()
@@ -555,9 +521,7 @@ class CommitLoop(EngineState):
         self.owned.start_at(committed)
 
 
-def _changelog_delivered(task: PartitionTask) -> Any:
-    def delivered(error: KafkaError | None, message: Message) -> None:
-        if error is None:
-            task.changelog_high = max(task.changelog_high, message.offset() or 0)
-
-    return delivered
+def _due_at(txn: Transactions, interval_s: float) -> float:
+    """When the open commit reaches the commit interval (never while none is open)."""
+    commit = txn.current
+    return commit.started + interval_s if commit is not None and commit.open else math.inf

@@ -23,13 +23,14 @@ from confluent_kafka import KafkaException
 from engine import compiled
 from engine.runtime.clients import ClientFactory, ConsumerLike
 from engine.runtime.collector import Collector
+from engine.runtime.commit.errors import AbortableError, RejoinError
+from engine.runtime.commit.transaction import Transactions
 from engine.runtime.fencing import owner_metadata
 from engine.runtime.memory import tune_gc
 from engine.runtime.metrics import EngineMetrics
 from engine.runtime.rebalance import Rebalancing
 from engine.runtime.state_codec import StateFormatError
 from engine.runtime.supervisor import Backoff
-from engine.runtime.transaction import AbortableError, RejoinError, Transaction
 from engine.runtime.watchdog import Watchdog
 from engine.settings import Settings
 from engine.wire import Codec
@@ -148,8 +149,8 @@ class Engine(Rebalancing):
             self._progress()  # waiting on purpose is not a hang: liveness stays up
             time.sleep(min(PAUSE_SLICE_S, left))
 
-    def _create_clients(self) -> tuple[ConsumerLike, Transaction]:
-        txn = Transaction(self.factory.producer(self.settings), self.watchdog, self.budget_s)
+    def _create_clients(self) -> tuple[ConsumerLike, Transactions]:
+        txn = Transactions(self.factory.producer(self.settings), self.watchdog, self.budget_s)
         txn.init()
         consumer = self.factory.consumer(self.settings)
         consumer.subscribe(
@@ -160,7 +161,7 @@ class Engine(Rebalancing):
         )
         return consumer, txn
 
-    def _close(self, consumer: ConsumerLike, txn: Transaction) -> None:
+    def _close(self, consumer: ConsumerLike, txn: Transactions) -> None:
         try:
             with self.watchdog.guard("close consumer", self.budget_s):
                 consumer.close()

@@ -13,13 +13,13 @@ from engine.core.events import Event
 from engine.runtime.assignment import Assignment
 from engine.runtime.clients import ClientFactory, ConsumerLike, KafkaClients
 from engine.runtime.collector import Collector
+from engine.runtime.commit.transaction import Transactions
 from engine.runtime.ingest import Ingest, Rejected
 from engine.runtime.memory import Trimmer
 from engine.runtime.metrics import EngineMetrics
 from engine.runtime.ordering import InputOrder
 from engine.runtime.task import PartitionTask
 from engine.runtime.trace import LatencyTrace
-from engine.runtime.transaction import Transaction
 from engine.runtime.watchdog import Watchdog
 from engine.settings import Settings
 from engine.wire import Codec
@@ -59,8 +59,7 @@ class EngineState:
         self._stopping = False
         self._rejoin_requested = False
         self._consumer: ConsumerLike | None = None
-        self._txn: Transaction | None = None
-        self._txn_event_times: list[int] = []
+        self._txn: Transactions | None = None
         self._state_root = Path(settings.state_dir) / settings.group_id / settings.topic_prefix
         self.trimmer = Trimmer(settings.memory_trim_interval_s)
         self.collector: Collector | None = None  # the process's (collector.py); tests: none

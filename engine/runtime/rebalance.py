@@ -10,11 +10,12 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, KafkaException, TopicPartition
 
+from engine.runtime.commit.commit import STEP_DEADLINE_S
+from engine.runtime.commit.errors import RejoinError
+from engine.runtime.commit.protocol import Step
 from engine.runtime.commit_loop import CommitLoop
-from engine.runtime.protocol import Step
 from engine.runtime.store import LocalStore
 from engine.runtime.task import PartitionTask
-from engine.runtime.transaction import STEP_DEADLINE_S, RejoinError, TxnStatus
 
 log = logging.getLogger("reconciler.engine")
 FENCE_S = 10.0
@@ -192,9 +193,8 @@ class Rebalancing(CommitLoop):
     def _drop_all_tasks(self) -> None:
         self.owned.drop_all()
         self.order.clear()
-        if self._txn is not None and self._txn.open:
-            self._txn.status = TxnStatus.FAILED  # dropped with its clients, never flushed
-        self._txn_event_times.clear()
+        if self._txn is not None:
+            self._txn.drop()  # dropped with its clients, never flushed
         if self.trace is not None:
             self.trace.aborted()
         self.metrics.set_ready(False)

@@ -121,9 +121,9 @@ class PartitionTask:
     _sealed_writes: list[StoreWrite] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._load_watermark()
+        self.reload_watermark()
 
-    def _load_watermark(self) -> None:
+    def reload_watermark(self) -> None:
         stored = self.store.watermark()
         self.watermark = NO_WATERMARK if stored is None else stored
         self._next_deadline = self.store.next_park_deadline()
@@ -301,7 +301,7 @@ class PartitionTask:
         (to disk within the store's `sync_after_s`, or at `sync`/close)."""
         self.seal()
         self.persist_sealed()
-        self._load_watermark()
+        self.reload_watermark()
 
     def seal(self) -> None:
         """Step 3 has produced this transaction's records: they, and the states they carry,
@@ -347,4 +347,4 @@ class PartitionTask:
         self.since.clear()
         self.changelog_high = -1
         self.folded = 0
-        self._load_watermark()
+        self.reload_watermark()

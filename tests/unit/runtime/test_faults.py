@@ -21,10 +21,10 @@ from engine.core.events import Decision
 from engine.runtime import commit_loop
 from engine.runtime import engine as engine_module
 from engine.runtime.clients import ConsumerLike
+from engine.runtime.commit.commit import Commit
 from engine.runtime.engine import Engine
 from engine.runtime.store import LocalStore
 from engine.runtime.task import PartitionTask
-from engine.runtime.transaction import Transaction
 from engine.runtime.watchdog import Expired, Watchdog
 from engine.settings import Settings, load_settings
 from engine.wire import RecordType
@@ -61,7 +61,7 @@ def _commit_overlap(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(OVERLAP, "overlap", request.param)
     if request.param:
         monkeypatch.setattr(commit_loop, "CONSUME_BATCH", 2)
-        monkeypatch.setattr(Transaction, "commit_done", lambda self: False)
+        monkeypatch.setattr(Commit, "worker_done", lambda self: False)
 
 
 def _settings(tmp_path: Path) -> Settings:
@@ -173,13 +173,13 @@ def _check_replay(broker: FakeBroker, settings: Settings) -> None:
 
 def test_no_fault_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     held: list[int] = []
-    produce_held = Transaction.produce_held
+    produce_held = Commit._produce_held
 
-    def counted(self: Transaction) -> int:
+    def counted(self: Commit) -> int:
         held.append(produce_held(self))
         return held[-1]
 
-    monkeypatch.setattr(Transaction, "produce_held", counted)
+    monkeypatch.setattr(Commit, "_produce_held", counted)
     settings = _settings(tmp_path)
     broker = _broker(settings, Faults())
     assert _run_until_done(settings, broker) == 1
@@ -326,34 +326,28 @@ class _InFlightClients(FakeClients):
 
 def _worker_waits_for_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Steps 4-5 of an overlapped commit start only once the loop waits for the worker
-    (`finish_commit`, or `abandon_commit` when it leaves with an exception): a callback that
+    (`Commit.join`, also when it leaves with an exception: `abandon` joins): a callback that
     touched the producer or the tasks before settling the commit then does so before the
     worker even flushed, in every run, not only when the thread scheduler happens to let it."""
     gate = threading.Event()
-    start, finish = Transaction.start_commit, Transaction.finish_commit
-    abandon, steps = Transaction.abandon_commit, Transaction._steps_4_5
+    start, join, steps = Commit.start_worker, Commit.join, Commit.commit_steps
 
-    def start_commit(self: Transaction, *args: Any) -> None:
+    def start_worker(self: Commit) -> None:
         gate.clear()
-        start(self, *args)
+        start(self)
 
-    def finish_commit(self: Transaction) -> None:
+    def joined(self: Commit) -> None:
         gate.set()
-        finish(self)
+        join(self)
 
-    def abandon_commit(self: Transaction) -> None:
-        gate.set()
-        abandon(self)
-
-    def steps_4_5(self: Transaction, *args: Any) -> None:
+    def steps_4_5(self: Commit) -> None:
         if threading.current_thread().name == "commit":  # the worker, not a waited commit
             gate.wait()
-        steps(self, *args)
+        steps(self)
 
-    monkeypatch.setattr(Transaction, "start_commit", start_commit)
-    monkeypatch.setattr(Transaction, "finish_commit", finish_commit)
-    monkeypatch.setattr(Transaction, "abandon_commit", abandon_commit)
-    monkeypatch.setattr(Transaction, "_steps_4_5", steps_4_5)
+    monkeypatch.setattr(Commit, "start_worker", start_worker)
+    monkeypatch.setattr(Commit, "join", joined)
+    monkeypatch.setattr(Commit, "commit_steps", steps_4_5)
 
 
 @pytest.mark.parametrize("mode", ["rebalance", "lost", "lost at fault"])

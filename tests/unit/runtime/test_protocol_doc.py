@@ -11,12 +11,15 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 import engine.runtime
-from engine.runtime import transaction as transaction_module
-from engine.runtime.transaction import CALL_TIMEOUT_S, STEP_DEADLINE_S, RejoinError, Transaction
+from engine.runtime.commit import commit as commit_module
+from engine.runtime.commit import transaction as transaction_module
+from engine.runtime.commit.commit import STEP_DEADLINE_S
+from engine.runtime.commit.errors import RejoinError
+from engine.runtime.commit.transaction import CALL_TIMEOUT_S, Transactions
 from engine.runtime.watchdog import Watchdog
 
 RUNTIME = Path(engine.runtime.__file__).parent
-PROTOCOL = RUNTIME / "COMMIT_PROTOCOL.md"
+PROTOCOL = RUNTIME / "commit" / "COMMIT_PROTOCOL.md"
 
 
 class _Clock:
@@ -46,6 +49,8 @@ class _SlowProducer:
         self.clock.now += 5.0
         raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "slow", retriable=True))
 
+    def begin_transaction(self) -> None: ...
+
     def commit_transaction(self, timeout: float = -1) -> None:
         raise AssertionError("step 5 must not run after step 4 failed")
 
@@ -56,11 +61,13 @@ def test_steps_4_and_5_share_one_deadline(flush_s: float, monkeypatch: pytest.Mo
     deadline, counted from step 4's start: they do not get a fresh one."""
     clock = _Clock()
     monkeypatch.setattr(transaction_module, "time", clock)
+    monkeypatch.setattr(commit_module, "time", clock)
     producer = _SlowProducer(clock, flush_s)
     watchdog = Watchdog(clock=clock.monotonic, on_expired=lambda expired: None)
-    txn = Transaction(producer, watchdog, 1_000.0)  # type: ignore[arg-type]
+    commit = Transactions(producer, watchdog, 1_000.0).for_outputs()  # type: ignore[arg-type]
+    commit.write_changelog("changelog", [], [TopicPartition("t", 0, 1)], lambda: object())
     with pytest.raises(RejoinError, match="deadline"):
-        txn.commit([TopicPartition("t", 0, 1)], lambda: object())
+        commit.commit_steps()
     assert clock.now <= STEP_DEADLINE_S + CALL_TIMEOUT_S
     assert clock.now >= STEP_DEADLINE_S - CALL_TIMEOUT_S
     assert producer.offsets_attempts < (STEP_DEADLINE_S - flush_s) / 5 + 2
