@@ -23,7 +23,7 @@ from engine.core.events import (
     Verdict,
 )
 from engine.core.state import SessionState
-from engine.runtime.commit_loop import _log_for_operator
+from engine.runtime.fold_step import _log_for_operator
 from engine.runtime.metrics import EngineMetrics
 from engine.runtime.store import LocalStore, StoreWrite
 from engine.runtime.task import HEALTH_HEADER, pending_header

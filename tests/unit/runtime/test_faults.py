@@ -18,8 +18,8 @@ import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from engine.core.events import Decision
-from engine.runtime import commit_loop
 from engine.runtime import engine as engine_module
+from engine.runtime import intake
 from engine.runtime.clients import ConsumerLike
 from engine.runtime.commit.commit import Commit
 from engine.runtime.engine import Engine
@@ -60,7 +60,7 @@ def _commit_overlap(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
     folded all of them: every commit folds ahead as much as it can, with no clock."""
     monkeypatch.setitem(OVERLAP, "overlap", request.param)
     if request.param:
-        monkeypatch.setattr(commit_loop, "CONSUME_BATCH", 2)
+        monkeypatch.setattr(intake, "CONSUME_BATCH", 2)
         monkeypatch.setattr(Commit, "worker_done", lambda self: False)
 
 
@@ -115,7 +115,7 @@ def _done(broker: FakeBroker, settings: Settings) -> bool:
 
 def _stop_when_folded(engine: Engine) -> Callable[[], None]:
     def on_idle() -> None:
-        txn = engine._txn
+        txn = engine.transactions
         if not len(engine.order) and (txn is None or not txn.open):
             engine.stop()
 
@@ -309,7 +309,7 @@ class _InFlightConsumer(FakeConsumer):
     def _now(clients: _InFlightClients) -> bool:
         if clients.mode == "lost at fault":
             return clients.broker.faults.fired > 0 and clients.count[0] == 0
-        txn = clients.engine._txn if clients.engine is not None else None
+        txn = clients.engine.transactions if clients.engine is not None else None
         return txn is not None and txn.in_flight and clients.count[0] < 3
 
 
@@ -359,9 +359,9 @@ def test_rebalance_while_a_commit_is_in_flight(
     """The rebalance callbacks must settle the commit the worker is running before they touch
     the tasks; waiting for each commit, none is ever in flight when consume() runs. A lost
     assignment commits nothing more and rejoins with new clients, whatever the fault left
-    behind. Mutations and the cases that fail (of 216): `_settle_commit` a no-op 72 (every
+    behind. Mutations and the cases that fail (of 216): `Committer.settle` a no-op 72 (every
     overlapped rebalance and lost case); no settle in `on_lost` only 36; no rejoin after a
-    lost assignment 108; `_consume` calling consume() again after a callback asked for a
+    lost assignment 108; `Intake.consume` calling consume() again after a callback asked for a
     rejoin 72 (every "lost at fault" case)."""
     settings = _settings(tmp_path)
     faults = Faults(step=step, kind=kind, skip=_skip(step))

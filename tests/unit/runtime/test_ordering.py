@@ -278,7 +278,7 @@ def test_a_partition_paused_for_order_is_not_left_paused_by_a_rebalance(tmp_path
     engine = Engine(settings, clients=clients)
 
     def on_idle() -> None:  # consumed and folded everything, nothing left open
-        txn = engine._txn
+        txn = engine.transactions
         if not len(engine.order) and (txn is None or not txn.open):
             engine.stop()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.runtime import commit_loop
+from engine.runtime import intake
 from engine.runtime.commit.commit import Commit
 from engine.runtime.engine import Engine
 from engine.settings import load_settings
@@ -54,7 +54,7 @@ def _commits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_events: int) -
     engine = Engine(settings, clients=clients)
 
     def stop_when_folded() -> None:
-        txn = engine._txn
+        txn = engine.transactions
         if not len(engine.order) and (txn is None or not txn.open):
             engine.stop()
 
@@ -82,6 +82,6 @@ def test_a_commit_with_records_waiting_behind_it_is_overlapped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a full batch at every consume: records wait behind each commit the size bound starts
-    monkeypatch.setattr(commit_loop, "CONSUME_BATCH", 2)
+    monkeypatch.setattr(intake, "CONSUME_BATCH", 2)
     _, overlapped = _commits(tmp_path, monkeypatch, max_events=5)
     assert overlapped > 0
