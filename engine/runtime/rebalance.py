@@ -17,6 +17,7 @@ from engine.runtime.committer import Committer
 from engine.runtime.parts import Parts
 from engine.runtime.store import LocalStore
 from engine.runtime.task import PartitionTask
+from engine.runtime.task_state import TaskState
 
 log = logging.getLogger("reconciler.engine")
 FENCE_S = 10.0
@@ -79,13 +80,25 @@ class Rebalance:
         share = self.settings.partitions
         cache_kib = self.settings.store_cache_mb * 1024 // share
         root = self.parts.state_root
-        stores = {p: LocalStore(root / f"p{p}.sqlite", cache_kib=cache_kib) for p in complete}
+        read_cache = self.settings.read_cache_mb * 2**20 // share
+        tasks = {
+            p: PartitionTask(
+                p,
+                LocalStore(root / f"p{p}.sqlite", cache_kib=cache_kib),
+                read_cache,
+                TaskState.CREATED,
+            )
+            for p in complete
+        }
+        for task in tasks.values():
+            task.move_to(TaskState.RESTORING)
+        stores = {p: task.store for p, task in tasks.items()}
         try:
             with self.watchdog.guard(Step.RESTORE_DELTA, self.budget_s, complete):
                 reports = self.parts.factory.restore(self.settings, stores, self.parts.steps.renew)
         except (KafkaException, TimeoutError):
-            for store in stores.values():
-                store.close()
+            for task in tasks.values():
+                task.move_to(TaskState.CLOSED)
             raise
         for report in reports:
             log.info(
@@ -96,13 +109,9 @@ class Rebalance:
                 report.seconds,
                 " (local store wiped: changelog recreated)" if report.wiped else "",
             )
-            self.owned.ready(
-                PartitionTask(
-                    partition=report.partition,
-                    store=stores[report.partition],
-                    read_cache_bytes=self.settings.read_cache_mb * 2**20 // share,
-                )
-            )
+            task = tasks[report.partition]
+            task.move_to(TaskState.RUNNING)  # A3: the watermark as the restore left it
+            self.owned.ready(task)
         self.metrics.restore_seconds.observe(time.monotonic() - started)
         self.metrics.observe_sessions(self.owned.tasks.values())
         self.metrics.set_ready(True)

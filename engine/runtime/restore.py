@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from engine.runtime.store import NO_OFFSET, LocalStore, StoreWrite
-from engine.runtime.task import (
+from engine.runtime.task_headers import (
     HEALTH_HEADER,
     PARKED_HEADER,
     PENDING_HEADER,

@@ -26,7 +26,7 @@ from engine.core.state import SessionState
 from engine.runtime.fold_step import _log_for_operator
 from engine.runtime.metrics import EngineMetrics
 from engine.runtime.store import LocalStore, StoreWrite
-from engine.runtime.task import HEALTH_HEADER, pending_header
+from engine.runtime.task_headers import HEALTH_HEADER, pending_header
 from engine.wire.errors import DecodeReason
 
 

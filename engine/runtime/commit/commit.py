@@ -25,7 +25,8 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 from engine.runtime.commit.errors import AbortableError, RejoinError
 from engine.runtime.commit.protocol import Step
 from engine.runtime.commit.status import TERMINAL, CommitStatus, check
-from engine.runtime.task import PartitionTask, pending_header
+from engine.runtime.task import PartitionTask
+from engine.runtime.task_headers import pending_header
 
 log = logging.getLogger("reconciler.engine")
 T = TypeVar("T")

@@ -13,12 +13,12 @@ from msgspec.structs import replace
 
 from engine.core.events import AckOutcome, Reason, Verdict
 from engine.core.state import PARK_MS
+from engine.runtime.read_cache import DECODED_BYTES_PER_ENCODED
 from engine.runtime.restore import _store_write
 from engine.runtime.state_codec import StateFormatError, decode_state
 from engine.runtime.store import NO_OFFSET, LocalStore, StoreWrite
-from engine.runtime.task import (
-    DECODED_BYTES_PER_ENCODED,
-    PartitionTask,
+from engine.runtime.task import PartitionTask
+from engine.runtime.task_headers import (
     parse_pending_header,
     parse_watermark_source,
     pending_header,
