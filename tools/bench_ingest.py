@@ -28,10 +28,10 @@ from confluent_kafka import Message
 from engine.core.events import Event
 from engine.runtime.engine import Engine
 from engine.runtime.fold_step import FoldStep
-from engine.runtime.intake import CONSUME_BATCH, Intake
-from engine.runtime.memory import tune_gc
-from engine.runtime.ordering import Buffered
+from engine.runtime.intake.intake import CONSUME_BATCH, Intake
+from engine.runtime.intake.ordering import Buffered
 from engine.runtime.parts import Parts
+from engine.runtime.process.memory import tune_gc
 from engine.settings import load_settings
 from engine.wire import RecordType
 from engine.wire.partitioner import partition_for

@@ -11,9 +11,9 @@ from typing import Any, Literal, Protocol
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from engine.runtime.fencing import FenceReport, fence_previous_owners, transactional_id
-from engine.runtime.restore import RestoreReport, restore_partitions
-from engine.runtime.store import LocalStore
+from engine.runtime.commit.fencing import FenceReport, fence_previous_owners, transactional_id
+from engine.runtime.tasks.restore import RestoreReport, restore_partitions
+from engine.runtime.tasks.store import LocalStore
 from engine.settings import Settings
 
 MAX_POLL_INTERVAL_MS = 60_000

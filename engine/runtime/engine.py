@@ -22,24 +22,24 @@ from types import FrameType
 from confluent_kafka import KafkaException
 
 from engine import compiled
-from engine.runtime.assignment import Assignment
 from engine.runtime.clients import ClientFactory, KafkaClients
-from engine.runtime.collector import Collector
 from engine.runtime.commit.errors import AbortableError, RejoinError
+from engine.runtime.commit.fencing import owner_metadata
 from engine.runtime.commit.transaction import Transactions
-from engine.runtime.fencing import owner_metadata
-from engine.runtime.ingest import Ingest
+from engine.runtime.intake.ingest import Ingest
+from engine.runtime.intake.ordering import InputOrder
 from engine.runtime.loop import Loop
-from engine.runtime.memory import Trimmer, tune_gc
-from engine.runtime.metrics import EngineMetrics
-from engine.runtime.ordering import InputOrder
 from engine.runtime.parts import Consumed, Flags, Parts
-from engine.runtime.state_codec import StateFormatError
-from engine.runtime.steps import Steps
-from engine.runtime.supervisor import Backoff
-from engine.runtime.task import PartitionTask
-from engine.runtime.trace import LatencyTrace
-from engine.runtime.watchdog import Watchdog
+from engine.runtime.process.collector import Collector
+from engine.runtime.process.memory import Trimmer, tune_gc
+from engine.runtime.process.metrics import EngineMetrics
+from engine.runtime.process.steps import Steps
+from engine.runtime.process.supervisor import Backoff
+from engine.runtime.process.trace import LatencyTrace
+from engine.runtime.process.watchdog import Watchdog
+from engine.runtime.tasks.assignment import Assignment
+from engine.runtime.tasks.state_codec import StateFormatError
+from engine.runtime.tasks.task import PartitionTask
 from engine.settings import Settings
 from engine.wire import Codec
 from engine.wire.registry import codec_for

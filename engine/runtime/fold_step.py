@@ -13,11 +13,11 @@ from engine.core.events import Decision, Event, Reason, RepairEvent
 from engine.runtime.commit.commit import Commit
 from engine.runtime.commit.protocol import Step
 from engine.runtime.commit.transaction import Transactions
-from engine.runtime.ingest import Rejected
-from engine.runtime.metrics import DEAD_LETTER_REFUSED
-from engine.runtime.ordering import Buffered
+from engine.runtime.intake.ingest import Rejected
+from engine.runtime.intake.ordering import Buffered
 from engine.runtime.parts import Consumed, Parts
-from engine.runtime.task import InputFailedError, PartitionTask
+from engine.runtime.process.metrics import DEAD_LETTER_REFUSED
+from engine.runtime.tasks.task import InputFailedError, PartitionTask
 from engine.wire.dead_letter import EXCERPT_BYTES
 
 log = logging.getLogger("reconciler.engine")

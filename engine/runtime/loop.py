@@ -9,13 +9,13 @@ import time
 from confluent_kafka import Message
 
 from engine.runtime.clients import ConsumerLike
+from engine.runtime.commit.committer import Committer
 from engine.runtime.commit.errors import AbortableError
 from engine.runtime.commit.protocol import Step
 from engine.runtime.commit.transaction import Transactions
-from engine.runtime.committer import Committer
 from engine.runtime.fold_step import FoldStep
-from engine.runtime.intake import Intake
-from engine.runtime.ordering import Buffered
+from engine.runtime.intake.intake import Intake
+from engine.runtime.intake.ordering import Buffered
 from engine.runtime.parts import Consumed, Parts
 from engine.runtime.rebalance import Rebalance
 

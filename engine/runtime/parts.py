@@ -9,15 +9,15 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from engine.core.events import Event
-from engine.runtime.assignment import Assignment
 from engine.runtime.clients import ClientFactory, ConsumerLike
-from engine.runtime.collector import Collector
-from engine.runtime.ingest import Ingest, Rejected
-from engine.runtime.memory import Trimmer
-from engine.runtime.metrics import EngineMetrics
-from engine.runtime.ordering import InputOrder
-from engine.runtime.steps import Steps
-from engine.runtime.trace import LatencyTrace
+from engine.runtime.intake.ingest import Ingest, Rejected
+from engine.runtime.intake.ordering import InputOrder
+from engine.runtime.process.collector import Collector
+from engine.runtime.process.memory import Trimmer
+from engine.runtime.process.metrics import EngineMetrics
+from engine.runtime.process.steps import Steps
+from engine.runtime.process.trace import LatencyTrace
+from engine.runtime.tasks.assignment import Assignment
 from engine.settings import Settings
 from engine.wire import Codec
 from engine.wire.topics import TopicNames

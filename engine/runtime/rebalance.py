@@ -10,14 +10,14 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, KafkaException, TopicPartition
 
-from engine.runtime.commit.commit import STEP_DEADLINE_S
+from engine.runtime.commit.calls import STEP_DEADLINE_S
+from engine.runtime.commit.committer import Committer
 from engine.runtime.commit.errors import RejoinError
 from engine.runtime.commit.protocol import Step
-from engine.runtime.committer import Committer
 from engine.runtime.parts import Parts
-from engine.runtime.store import LocalStore
-from engine.runtime.task import PartitionTask
-from engine.runtime.task_state import TaskState
+from engine.runtime.tasks.state import TaskState
+from engine.runtime.tasks.store import LocalStore
+from engine.runtime.tasks.task import PartitionTask
 
 log = logging.getLogger("reconciler.engine")
 FENCE_S = 10.0

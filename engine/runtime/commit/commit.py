@@ -18,58 +18,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, Message, TopicPartition
 
+from engine.runtime.commit.calls import STEP_DEADLINE_S, Calls, Held
 from engine.runtime.commit.errors import AbortableError, RejoinError
 from engine.runtime.commit.protocol import Step
 from engine.runtime.commit.status import TERMINAL, CommitStatus, check
-from engine.runtime.task import PartitionTask
-from engine.runtime.task_headers import pending_header
+from engine.runtime.tasks.headers import pending_header
+from engine.runtime.tasks.task import PartitionTask
 
 log = logging.getLogger("reconciler.engine")
 T = TypeVar("T")
 S = CommitStatus
-
-STEP_DEADLINE_S = 40.0
-"""Steps 4-5 together (from step 4's flush to step 5's return), and any other transactional
-call with its retries: well under `max.poll.interval.ms` (60 s). Step 3 is not under it."""
-
-# An output produced before its commit began: topic, key, value, step, optional, the caller's
-# outcome callback, the producer's extra arguments.
-_Held = tuple[str, bytes | None, bytes, str, bool, Callable[[bool], None] | None, dict[str, Any]]
-
-
-class Calls(Protocol):
-    """What a commit needs of its producer (transaction.py): classified calls and produce."""
-
-    def call(
-        self,
-        step: str,
-        fn: Callable[[float], T],
-        deadline: float | None = None,
-        *,
-        own_budget: bool = False,
-    ) -> T: ...
-
-    def begin_transaction(self) -> None: ...
-    def flush(self, timeout_s: float) -> None: ...
-    def send_offsets(
-        self, offsets: list[TopicPartition], metadata: Any, timeout_s: float
-    ) -> None: ...
-    def commit_transaction(self, timeout_s: float) -> None: ...
-    def abort_transaction(self, timeout_s: float) -> None: ...
-
-    def produce_now(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes,
-        step: str,
-        optional: bool,
-        extra: dict[str, Any],
-    ) -> bool: ...
 
 
 class Commit:
@@ -88,7 +50,7 @@ class Commit:
         self.offsets: list[TopicPartition] = []  # taken at step 3, sent at step 4
         self.overlapped = False  # steps 4-5 ran in the worker while the loop folded ahead
         self._metadata: Any = None
-        self._held: list[_Held] = []
+        self._held: list[Held] = []
         self._worker: threading.Thread | None = None
         self._failure: BaseException | None = None
 

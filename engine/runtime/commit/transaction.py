@@ -20,9 +20,10 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from engine.runtime.clients import ProducerLike
-from engine.runtime.commit.commit import STEP_DEADLINE_S, Commit
+from engine.runtime.commit.calls import STEP_DEADLINE_S
+from engine.runtime.commit.commit import Commit
 from engine.runtime.commit.errors import AbortableError, RejoinError
-from engine.runtime.watchdog import Watchdog
+from engine.runtime.process.watchdog import Watchdog
 
 log = logging.getLogger("reconciler.engine")
 

@@ -19,7 +19,7 @@ from engine.runtime.commit.status import (
     check,
 )
 from engine.runtime.commit.transaction import Transactions
-from engine.runtime.watchdog import Watchdog
+from engine.runtime.process.watchdog import Watchdog
 
 S = CommitStatus
 HAPPY = [S.NEW, S.OPEN, S.SEALED, S.OFFSETS_SENT, S.COMMITTED, S.PERSISTED]

@@ -19,13 +19,13 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 
 from engine.core.events import Decision
 from engine.runtime import engine as engine_module
-from engine.runtime import intake
 from engine.runtime.clients import ConsumerLike
 from engine.runtime.commit.commit import Commit
 from engine.runtime.engine import Engine
-from engine.runtime.store import LocalStore
-from engine.runtime.task import PartitionTask
-from engine.runtime.watchdog import Expired, Watchdog
+from engine.runtime.intake import intake
+from engine.runtime.process.watchdog import Expired, Watchdog
+from engine.runtime.tasks.store import LocalStore
+from engine.runtime.tasks.task import PartitionTask
 from engine.settings import Settings, load_settings
 from engine.wire import RecordType
 from tests.integration.engine_harness import CODEC, Seen

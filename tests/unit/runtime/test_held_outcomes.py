@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from engine.runtime.commit.transaction import Transactions
-from engine.runtime.watchdog import Watchdog
+from engine.runtime.process.watchdog import Watchdog
 
 
 class _Producer:

@@ -10,7 +10,7 @@ from confluent_kafka import Message
 from engine.core.events import Decision, Reason
 from engine.runtime.clients import ConsumerLike
 from engine.runtime.engine import Engine
-from engine.runtime.ordering import FIRST, Buffered, InputOrder
+from engine.runtime.intake.ordering import FIRST, Buffered, InputOrder
 from engine.settings import Settings, load_settings
 from engine.wire import RecordType
 from tests.integration.engine_harness import CODEC

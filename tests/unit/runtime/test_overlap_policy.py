@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.runtime import intake
 from engine.runtime.commit.commit import Commit
 from engine.runtime.engine import Engine
+from engine.runtime.intake import intake
 from engine.settings import load_settings
 from engine.wire import Codec
 from tests.unit.runtime.fakes import FakeBroker, FakeClients, Faults

@@ -13,10 +13,10 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 import engine.runtime
 from engine.runtime.commit import commit as commit_module
 from engine.runtime.commit import transaction as transaction_module
-from engine.runtime.commit.commit import STEP_DEADLINE_S
+from engine.runtime.commit.calls import STEP_DEADLINE_S
 from engine.runtime.commit.errors import RejoinError
 from engine.runtime.commit.transaction import CALL_TIMEOUT_S, Transactions
-from engine.runtime.watchdog import Watchdog
+from engine.runtime.process.watchdog import Watchdog
 
 RUNTIME = Path(engine.runtime.__file__).parent
 PROTOCOL = RUNTIME / "commit" / "COMMIT_PROTOCOL.md"

@@ -1,5 +1,5 @@
-"""The runtime's shape, checked: composition, not inheritance; no import cycles; the loop's
-iteration on one screen. Anyone can run it: `pytest tests/unit/runtime/test_structure.py`."""
+"""The runtime's shape, checked: composition, not inheritance; small files; no import cycles;
+the loop's iteration on one screen. Run: `pytest tests/unit/runtime/test_structure.py`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from engine.runtime.loop import Loop
 RUNTIME = Path(engine.runtime.__file__).parent
 PACKAGE = "engine.runtime"
 SCREEN = 40
+MAX_LINES = 300
 
 
 def _modules() -> dict[str, Path]:
@@ -96,6 +97,20 @@ def test_no_runtime_class_inherits_from_another() -> None:
                 if name in ours:
                     inheriting.append(f"{path.relative_to(RUNTIME)}: {node.name}({name})")
     assert inheriting == []
+
+
+def test_every_runtime_file_is_under_300_lines() -> None:
+    long = {
+        str(path.relative_to(RUNTIME)): n
+        for path in _modules().values()
+        if (n := len(path.read_text().splitlines())) >= MAX_LINES
+    }
+    assert long == {}
+
+
+def test_the_runtime_is_cut_into_its_folders() -> None:
+    folders = {path.parent.name for path in _modules().values()} - {"runtime"}
+    assert folders == {"commit", "intake", "process", "tasks"}
 
 
 def test_the_loop_iteration_reads_in_one_screen() -> None:

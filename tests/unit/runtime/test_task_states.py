@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.runtime.store import LocalStore
-from engine.runtime.task import PartitionTask
-from engine.runtime.task_state import LEGAL, IllegalTaskTransitionError, TaskState
+from engine.runtime.tasks.state import LEGAL, IllegalTaskTransitionError, TaskState
+from engine.runtime.tasks.store import LocalStore
+from engine.runtime.tasks.task import PartitionTask
 from tests.unit.core.builders import call, intent, msg, out
 
 T = TaskState

@@ -9,7 +9,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from engine.runtime.commit.transaction import CALL_TIMEOUT_S, OWN_BUDGET_MARGIN_S, Transactions
-from engine.runtime.watchdog import Expired, Watchdog
+from engine.runtime.process.watchdog import Expired, Watchdog
 
 GENERAL_BUDGET_S = 45.0
 

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 
 from confluent_kafka import TopicPartition
 
-from engine.runtime.task import PartitionTask
-from engine.runtime.task_state import TaskState
+from engine.runtime.tasks.state import TaskState
+from engine.runtime.tasks.task import PartitionTask
 
 Key = tuple[str, int]
 

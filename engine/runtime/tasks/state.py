@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from engine.core.state import SessionState
-from engine.runtime.store import StoreWrite
+from engine.runtime.tasks.store import StoreWrite
 
 
 class TaskState(StrEnum):

@@ -9,8 +9,8 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 
 from engine.runtime.clients import ConsumerLike
 from engine.runtime.commit.errors import RejoinError
-from engine.runtime.ingest import Rejected
-from engine.runtime.ordering import FIRST, Buffered
+from engine.runtime.intake.ingest import Rejected
+from engine.runtime.intake.ordering import FIRST, Buffered
 from engine.runtime.parts import Consumed, Parts
 
 log = logging.getLogger("reconciler.engine")

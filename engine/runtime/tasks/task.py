@@ -17,16 +17,16 @@ from engine.core.events import Decision, Event
 from engine.core.fold import fold
 from engine.core.state import UNRESOLVED, Health, SessionState
 from engine.core.watermark import NO_WATERMARK, advance, expire, park_deadline
-from engine.runtime.read_cache import READ_CACHE_BYTES, ReadCache
-from engine.runtime.state_codec import decode_state, encode_state
-from engine.runtime.store import LocalStore, StoreWrite
-from engine.runtime.task_headers import watermark_source
-from engine.runtime.task_state import (
+from engine.runtime.tasks.headers import watermark_source
+from engine.runtime.tasks.read_cache import READ_CACHE_BYTES, ReadCache
+from engine.runtime.tasks.state import (
     LEGAL,
     Generation,
     IllegalTaskTransitionError,
     TaskState,
 )
+from engine.runtime.tasks.state_codec import decode_state, encode_state
+from engine.runtime.tasks.store import LocalStore, StoreWrite
 
 log = logging.getLogger("reconciler.engine")
 

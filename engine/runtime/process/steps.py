@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-from engine.runtime.metrics import EngineMetrics
-from engine.runtime.trace import LatencyTrace
-from engine.runtime.watchdog import Watchdog
+from engine.runtime.process.metrics import EngineMetrics
+from engine.runtime.process.trace import LatencyTrace
+from engine.runtime.process.watchdog import Watchdog
 
 
 class Steps:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from engine.runtime.store import StoreWrite
+from engine.runtime.tasks.store import StoreWrite
 
 PENDING_HEADER = "pending"
 """Changelog header `STATUS:since_ms` of an unresolved pending write, so a restore can fill
