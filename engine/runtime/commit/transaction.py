@@ -23,6 +23,7 @@ from engine.runtime.clients import ProducerLike
 from engine.runtime.commit.calls import STEP_DEADLINE_S
 from engine.runtime.commit.commit import Commit
 from engine.runtime.commit.errors import AbortableError, RejoinError
+from engine.runtime.commit.status import CommitStatus
 from engine.runtime.process.watchdog import Watchdog
 
 log = logging.getLogger("reconciler.engine")
@@ -77,7 +78,7 @@ class Transactions:
         if commit is None or commit.done:
             self._numbered += 1
             commit = self.current = Commit(self, self._numbered)
-        if commit.status.value == "new" and self.committing is None:
+        if commit.status is CommitStatus.NEW and self.committing is None:
             commit.begin()
         return commit
 
@@ -131,7 +132,7 @@ class Transactions:
     def drop(self) -> None:
         """Fatal: every commit goes with the producer, which is never flushed."""
         for commit in (self.committing, self.current):
-            if commit is not None and not commit.done and commit.status.value != "new":
+            if commit is not None and not commit.done and commit.status is not CommitStatus.NEW:
                 self.failed = True
             if commit is not None:
                 commit.fail()
