@@ -51,3 +51,14 @@ class Generation:
     deadlines: dict[str, int | None] = field(default_factory=dict)
     writes: list[StoreWrite] = field(default_factory=list)
     folded: int = 0
+
+
+class TaskStateError(RuntimeError):
+    """A task was asked to run a step its state forbids: a bug in the caller's order."""
+
+    def __init__(self, partition: int, state: TaskState, step: str) -> None:
+        super().__init__(
+            f"task {partition}: {step} on a {state} task; a bug in the runtime's order of "
+            "steps: report it with this line"
+        )
+        self.partition, self.state, self.step = partition, state, step

@@ -24,6 +24,7 @@ from engine.runtime.tasks.state import (
     Generation,
     IllegalTaskTransitionError,
     TaskState,
+    TaskStateError,
 )
 from engine.runtime.tasks.state_codec import decode_state, encode_state
 from engine.runtime.tasks.store import LocalStore, StoreWrite
@@ -269,7 +270,11 @@ class PartitionTask:
 
     def persist_sealed(self) -> None:
         """Step 6 of the sealed generation only: what folded ahead stays in the write cache.
-        The store changed, so stored rows are swept again (an answer that failed is retried)."""
+        The store changed, so stored rows are swept again (an answer that failed is retried).
+        Only a RUNNING task persists: one closed or suspended meanwhile dropped its sealed
+        writes, and a commit that still names it was not settled before a rebalance."""
+        if self.state is not TaskState.RUNNING:
+            raise TaskStateError(self.partition, self.state, "step 6 (persist)")
         sealed = self.sealed
         if sealed.writes:
             offset = max(self.changelog_high, self.store.changelog_offset())

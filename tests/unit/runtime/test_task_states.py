@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.runtime.tasks.state import LEGAL, IllegalTaskTransitionError, TaskState
+from engine.runtime.tasks.state import (
+    LEGAL,
+    IllegalTaskTransitionError,
+    TaskState,
+    TaskStateError,
+)
 from engine.runtime.tasks.store import LocalStore
 from engine.runtime.tasks.task import PartitionTask
 from tests.unit.core.builders import call, intent, msg, out
@@ -71,3 +76,16 @@ def test_closing_closes_the_store(tmp_path: Path) -> None:
     task.move_to(T.CLOSED)
     with pytest.raises(sqlite3.ProgrammingError):
         task.store.get("s")
+
+
+@pytest.mark.parametrize("state", [T.SUSPENDED, T.CLOSED, T.CORRUPTED, T.RESTORING])
+def test_only_a_running_task_persists(state: TaskState, tmp_path: Path) -> None:
+    """A commit that still names a task closed or suspended meanwhile was not settled before
+    the rebalance: step 6 refuses instead of writing a dropped generation."""
+    task = _task(tmp_path, T.RUNNING)
+    task.fold(intent("e1", [OUT], [U, C]), 0)
+    task.changelog_records()
+    task.seal()
+    task.state = state
+    with pytest.raises(TaskStateError):
+        task.persist_sealed()
