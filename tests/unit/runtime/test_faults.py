@@ -359,10 +359,12 @@ def test_rebalance_while_a_commit_is_in_flight(
     """The rebalance callbacks must settle the commit the worker is running before they touch
     the tasks; waiting for each commit, none is ever in flight when consume() runs. A lost
     assignment commits nothing more and rejoins with new clients, whatever the fault left
-    behind. Mutations and the cases that fail (of 216): `Committer.settle` a no-op 72 (every
-    overlapped rebalance and lost case); no settle in `on_lost` only 36; no rejoin after a
-    lost assignment 108; `Intake.consume` calling consume() again after a callback asked for a
-    rejoin 72 (every "lost at fault" case)."""
+    behind. Mutations and the cases that fail (of 216): `Committer.settle` a no-op 27 (step 6
+    refuses the tasks a revoke closed under the commit in flight); no settle in `on_lost` only
+    0 (the commit in flight is then abandoned with the clients, as in a crash: the store stays
+    behind Kafka and A2 reads the difference); no rejoin after a lost assignment 108;
+    `Intake.consume` calling consume() again after a callback asked for a rejoin 72 (every
+    "lost at fault" case)."""
     settings = _settings(tmp_path)
     faults = Faults(step=step, kind=kind, skip=_skip(step))
     broker = _broker(settings, faults)
