@@ -104,8 +104,8 @@ def _run(args: argparse.Namespace) -> int:
     import logging
 
     from engine.oplog import configure
-    from engine.runtime.memory import child_env
-    from engine.runtime.supervisor import Backoff, supervise_all
+    from engine.runtime.process.memory import child_env
+    from engine.runtime.process.supervisor import Backoff, supervise_all
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = _run_settings(args)  # bad settings end here with exit 2, before any child
@@ -169,11 +169,12 @@ def _run_engine(settings: Settings) -> int:
     import logging
 
     from engine.admin.topics import verify_topics
-    from engine.runtime.collector import Collector
     from engine.runtime.engine import Engine
-    from engine.runtime.metrics import EngineMetrics, serve_health
-    from engine.runtime.supervisor import die_with_supervisor, parent_gone, restarts_before
-    from engine.runtime.watchdog import Watchdog
+    from engine.runtime.process.collector import Collector
+    from engine.runtime.process.health import serve_health
+    from engine.runtime.process.metrics import EngineMetrics
+    from engine.runtime.process.supervisor import die_with_supervisor, parent_gone, restarts_before
+    from engine.runtime.process.watchdog import Watchdog
 
     die_with_supervisor()
     logging.getLogger("reconciler").info("settings: %s", settings.redacted())

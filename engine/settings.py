@@ -54,7 +54,7 @@ class Settings(BaseModel):
     # interval plus steps 3-5 (tens of ms; seconds across a broker restart), so 10 s leaves
     # room; it must exceed commit_interval_ms by TXN_TIMEOUT_MARGIN_MS (checked below). A killed
     # instance's transaction is ended at once by its partitions' next owner (step A0,
-    # engine/runtime/fencing.py); when it cannot be (README "Failover"), decisions on those
+    # engine/runtime/commit/fencing.py); when it cannot be (README "Failover"), decisions on those
     # partitions wait this long plus the broker's
     # transaction.abort.timed.out.transaction.cleanup.interval.ms (10 s by Kafka's default).
     transaction_timeout_ms: int = Field(default=10_000, ge=1_000)
@@ -84,13 +84,14 @@ class Settings(BaseModel):
     producer_linger_ms: int = Field(default=50, ge=0, le=1_000)
     store_cache_mb: int = Field(default=8, ge=1, le=4_096)
     # glibc: the engine child's MALLOC_ARENA_MAX (0: glibc's default of 8 per core) and how
-    # often the loop hands freed memory back with malloc_trim (0: never). engine/runtime/memory.py
+    # often the loop hands freed memory back with malloc_trim (0: never).
+    # engine/runtime/process/memory.py
     malloc_arena_max: int = Field(default=2, ge=0, le=64)
     memory_trim_interval_s: float = Field(default=10.0, ge=0.0, le=3_600.0)
     # The loop allocates a few objects per input and frees nearly all of them by refcount: the
     # cyclic collector's generation-0 threshold sets how often it scans them anyway (0: Python's
     # 700). 50,000: engine CPU per input 48-50 us against 53-58 at 700 (paired throughput runs).
-    # engine/runtime/memory.py; what stays alive is frozen after each commit (collector.py)
+    # engine/runtime/process/memory.py; what stays alive is frozen after each commit (collector.py)
     gc_gen0_threshold: int = Field(default=50_000, ge=0, le=10_000_000)
     # `reconciler run` starts this many engine processes in the group (one per core): each gets
     # `<instance_id>-<i>`, `<state_dir>/process-<i>` and metrics port `metrics_port + i`.
@@ -106,7 +107,8 @@ class Settings(BaseModel):
     # schema id) are decoded next to single-object ones. Empty: single-object only.
     schema_registry_url: str | None = None
     # Diagnostic, off by default: a CSV line per folded input with its time at each loop step
-    # (engine/runtime/trace.py), appended at commit; `tools/bench_latency.py --trace` reads it.
+    # (engine/runtime/process/trace.py), appended at commit; `tools/bench_latency.py --trace`
+    # reads it.
     latency_trace_path: Path | None = None
     kafka: dict[str, str] = Field(default_factory=dict)
 

@@ -2,12 +2,12 @@
 
 ``.venv/bin/python -m tools.bench_ingest [--sessions 20000] [--repeat 5]``
 
-The input side is what `CommitLoop` does with a consumed batch before the fold's answer:
-`_take` per record (accessors, `Ingest.accept` with the codec's decode and the placement
-check, the order buffer's push), `InputOrder.ready`, `_prefetch`, and `_handle` up to
+The input side is what the loop does with a consumed batch before the fold's answer:
+`Intake.take` per record (accessors, `Ingest.accept` with the codec's decode and the placement
+check, the order buffer's push), `InputOrder.ready`, `Intake.prefetch`, and `FoldStep.handle` up to
 `task.fold`. Here the records are real `confluent_kafka.Message` objects carrying the mix of
 tools/bench_fold.py, keyed and placed as the murmur2 partitioner places them, consumed in
-batches as `_consume` hands them over (partition by partition, topic by topic); the fold, the
+batches as `Intake.consume` hands them over (partition by partition, topic by topic); the fold, the
 store and the transaction are stubs that answer nothing, so what is timed is the input side
 alone. It prints CPU microseconds per input by stage, and the codec's decode alone
 (inside `take`).
@@ -26,9 +26,12 @@ from typing import Any
 from confluent_kafka import Message
 
 from engine.core.events import Event
-from engine.runtime.commit_loop import CONSUME_BATCH, CommitLoop
-from engine.runtime.memory import tune_gc
-from engine.runtime.ordering import Buffered
+from engine.runtime.engine import Engine
+from engine.runtime.fold_step import FoldStep
+from engine.runtime.intake.intake import CONSUME_BATCH, Intake
+from engine.runtime.intake.ordering import Buffered
+from engine.runtime.parts import Parts
+from engine.runtime.process.memory import tune_gc
 from engine.settings import load_settings
 from engine.wire import RecordType
 from engine.wire.partitioner import partition_for
@@ -40,7 +43,7 @@ STAGES = ("take", "order", "prefetch", "handle")
 
 
 class _Task:
-    """What `_prefetch` and `_handle` call on a task: nothing is stored, nothing answered."""
+    """What `prefetch` and `handle` call on a task: nothing is stored, nothing answered."""
 
     def __init__(self, partition: int) -> None:
         self.partition = partition
@@ -56,8 +59,17 @@ class _Task:
 
 
 class _Txn:
+    """The open commit and its producer in one stub: outputs are dropped."""
+
     open = True
     started = 0.0
+    partitions: tuple[int, ...] = ()
+
+    def __init__(self) -> None:
+        self.event_times: list[int] = []
+
+    def for_outputs(self) -> _Txn:
+        return self
 
     def produce(self, *args: Any, **kwargs: Any) -> bool:
         return True
@@ -101,11 +113,11 @@ def consumed_batches(
     return batches, {key: len(log) for key, log in logs.items()}
 
 
-def engine_loop(state_dir: Path) -> CommitLoop:
+def engine_loop(state_dir: Path) -> Parts:
     settings = load_settings(
         environ={}, bootstrap_servers="127.0.0.1:1", partitions=PARTITIONS, state_dir=state_dir
     )
-    loop = CommitLoop(settings)
+    loop = Engine(settings).parts
     for p in range(PARTITIONS):
         loop.owned.ready(_Task(p))  # type: ignore[arg-type]
         for topic in loop.topics.inputs:
@@ -113,19 +125,20 @@ def engine_loop(state_dir: Path) -> CommitLoop:
     return loop
 
 
-def run_once(loop: CommitLoop, batches: list[list[Message]]) -> tuple[int, list[float]]:
+def run_once(loop: Parts, batches: list[list[Message]]) -> tuple[int, list[float]]:
     """Inputs handled and CPU seconds spent in each stage (take, order, prefetch, handle),
     from a fresh order buffer and offsets."""
     for key in loop.owned.next:
         loop.owned.next[key] = 0
     loop.order.clear()
     txn: Any = _Txn()
+    intake, fold_step = Intake(loop, None), FoldStep(loop)  # type: ignore[arg-type]
     handled = 0
     clock = time.process_time
     spent = [0.0] * 4
     for messages in batches:
         t0 = clock()
-        loop._take(messages)
+        intake.take(messages)
         spent[0] += clock() - t0
         while True:
             t1 = clock()
@@ -134,10 +147,10 @@ def run_once(loop: CommitLoop, batches: list[list[Message]]) -> tuple[int, list[
             if not batch:
                 spent[1] += t2 - t1
                 break
-            loop._prefetch(batch)
+            intake.prefetch(batch)
             t3 = clock()
             for record in batch:
-                loop._handle(txn, record)
+                fold_step.handle(txn, record)
             t4 = clock()
             spent[1] += t2 - t1
             spent[2] += t3 - t2

@@ -9,8 +9,9 @@ the run, quantiles from the difference as Prometheus' histogram_quantile compute
 
 `--system pipe` runs the raw EOS pipe (tools/bench_pipe.py) under the same load instead: the
 floor that consume -> produce -> commit at the same commit interval gives on this machine.
-`--trace` has the engine write a line per input at each loop step (engine/runtime/trace.py) and
-prints where the time of the slowest 1% went (tools/latency_trace.py). `--paired --variant
+`--trace` has the engine write a line per input at each loop step
+(engine/runtime/process/trace.py) and prints where the time of the slowest 1% went
+(tools/latency_trace.py). `--paired --variant
 off:RECONCILER_COMMIT_OVERLAP=0 --variant on:RECONCILER_COMMIT_OVERLAP=1` runs the engine once per
 variant (its settings from the environment) in each round, beside the pipe.
 

@@ -24,9 +24,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from engine.core.events import ResumeEvent
 from engine.core.state import SessionState
-from engine.runtime.restore import restore_partition
-from engine.runtime.state_codec import encode_state
-from engine.runtime.store import LocalStore
+from engine.runtime.tasks.restore import restore_partition
+from engine.runtime.tasks.state_codec import encode_state
+from engine.runtime.tasks.store import LocalStore
 from engine.settings import Settings
 from engine.wire import RecordType
 from tools.bench_fold import BINDING

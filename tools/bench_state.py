@@ -27,7 +27,7 @@ from msgspec.structs import replace
 
 from engine.core.fold import fold
 from engine.core.state import SessionState
-from engine.runtime.store import LocalStore, StoreWrite
+from engine.runtime.tasks.store import LocalStore, StoreWrite
 from engine.wire import POLICY, SHIPPED_SCHEMAS, Codec, RecordType
 from engine.wire.avro_gen import reader_for, writer_for
 from engine.wire.codec import fields_of

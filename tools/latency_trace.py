@@ -1,4 +1,4 @@
-"""Where a resume's time went: the engine's trace (engine/runtime/trace.py) joined with the
+"""Where a resume's time went: the engine's trace (engine/runtime/process/trace.py) joined with the
 time the bench client read each decision.
 
 Segments of one resume, wall clock ms, summing to its end-to-end latency:

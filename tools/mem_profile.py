@@ -28,7 +28,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from engine.runtime.engine import Engine
-from engine.runtime.metrics import EngineMetrics
+from engine.runtime.process.metrics import EngineMetrics
 from engine.settings import Settings
 from tools.bench_fold import build_log
 from tools.bench_kafka import encode_inputs, fresh_settings, produce_inputs

@@ -39,7 +39,7 @@ from tools.bench_kafka import (
     tree_cpu_s,
 )
 
-LOOP_FRAME = "CommitLoop._loop (commit_loop.py)"  # py-spy names a method by its qualname
+LOOP_FRAME = "Loop.run (loop.py)"  # py-spy names a method by its qualname
 _FRAME = re.compile(r" \((?:.*/)?([^/]*?):\d+\)$")
 
 

@@ -19,7 +19,7 @@ from engine.admin.brokers import DEFAULT_TIMEOUT_S, quiet_config, require_topics
 from engine.core.events import Decision
 from engine.core.state import IntentSlot, SessionState
 from engine.errors import EngineError, KafkaUnavailableError
-from engine.runtime.state_codec import decode_state
+from engine.runtime.tasks.state_codec import decode_state
 from engine.settings import Settings
 from engine.wire import Codec, DecodeError, RecordType
 from engine.wire.partitioner import partition_for

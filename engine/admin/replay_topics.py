@@ -18,7 +18,7 @@ from engine.admin.brokers import DEFAULT_TIMEOUT_S, require_topics
 from engine.admin.explain import READ_TIMEOUT_S, read_partition
 from engine.admin.replay import ReplayLogError, ReplaySourceError, Step, parse_watermark
 from engine.core.events import Decision
-from engine.runtime.ingest import Ingest, Rejected
+from engine.runtime.intake.ingest import Ingest, Rejected
 from engine.settings import Settings
 from engine.wire import Codec, DecodeError, RecordType
 

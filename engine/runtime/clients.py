@@ -11,9 +11,9 @@ from typing import Any, Literal, Protocol
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from engine.runtime.fencing import FenceReport, fence_previous_owners, transactional_id
-from engine.runtime.restore import RestoreReport, restore_partitions
-from engine.runtime.store import LocalStore
+from engine.runtime.commit.fencing import FenceReport, fence_previous_owners, transactional_id
+from engine.runtime.tasks.restore import RestoreReport, restore_partitions
+from engine.runtime.tasks.store import LocalStore
 from engine.settings import Settings
 
 MAX_POLL_INTERVAL_MS = 60_000
@@ -109,8 +109,10 @@ def producer_config(settings: Settings) -> dict[str, Any]:
             # When every known broker is down (a one-node broker restarting), librdkafka 2.16
             # re-bootstraps and retires its broker handles, but its coordinator cache keeps the
             # retired handle for our group: the next send_offsets_to_transaction then waits for
-            # a state change that never comes, past its timeout (librdkafka issues 5456, 5511),
-            # and only the watchdog ended it, ~45 s after the broker was back. Without the
+            # a state change that never comes, past its timeout
+            # (https://github.com/confluentinc/librdkafka/issues/5456,
+            # https://github.com/confluentinc/librdkafka/issues/5511), and only the watchdog
+            # ends it, ~45 s after the broker is back. Without the
             # re-bootstrap the handle stays and reconnects. A cluster whose addresses all change
             # is still found: a producer that cannot reach it fails its calls, and the rejoin
             # builds new clients from `bootstrap.servers`.

@@ -10,11 +10,14 @@ from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, KafkaException, TopicPartition
 
-from engine.runtime.commit_loop import CommitLoop
-from engine.runtime.protocol import Step
-from engine.runtime.store import LocalStore
-from engine.runtime.task import PartitionTask
-from engine.runtime.transaction import STEP_DEADLINE_S, RejoinError, TxnStatus
+from engine.runtime.commit.calls import STEP_DEADLINE_S
+from engine.runtime.commit.committer import Committer
+from engine.runtime.commit.errors import RejoinError
+from engine.runtime.commit.protocol import Step
+from engine.runtime.parts import Parts
+from engine.runtime.tasks.state import TaskState
+from engine.runtime.tasks.store import LocalStore
+from engine.runtime.tasks.task import PartitionTask
 
 log = logging.getLogger("reconciler.engine")
 FENCE_S = 10.0
@@ -23,13 +26,21 @@ time, so it must not cost much when the broker is slow (the previous owner's tra
 times out as before); 10 s: the default transaction timeout it would otherwise wait out."""
 
 
-class Rebalancing(CommitLoop):
-    """Tasks come and go with the group's assignment."""
+class Rebalance:
+    """Tasks come and go with the group's assignment: librdkafka's callbacks for one pair of
+    clients. Each first settles the commit in flight (COMMIT_PROTOCOL.md, "Overlap")."""
 
-    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        self._settle_commit()  # a commit in flight finishes first (COMMIT_PROTOCOL, Overlap)
+    def __init__(self, parts: Parts, committer: Committer) -> None:
+        self.parts, self.committer = parts, committer
+        self.settings, self.metrics, self.owned = parts.settings, parts.metrics, parts.owned
+        self.watchdog, self.budget_s = parts.steps.watchdog, parts.steps.budget_s
+
+    def on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.committer.settle()
         self.metrics.rebalances.labels(kind="assign").inc()
-        if self._rejoin_requested:  # that commit failed: these clients go, restore nothing
+        if (
+            self.parts.flags.rejoin_requested
+        ):  # that commit failed: these clients go, restore nothing
             log.warning("partitions assigned to clients that are rejoining: not restored")
             return
         self.metrics.set_ready(False)
@@ -68,15 +79,26 @@ class Rebalancing(CommitLoop):
         # A process can hold every partition: each task gets its share of the memory bounds.
         share = self.settings.partitions
         cache_kib = self.settings.store_cache_mb * 1024 // share
-        stores = {
-            p: LocalStore(self._state_root / f"p{p}.sqlite", cache_kib=cache_kib) for p in complete
+        root = self.parts.state_root
+        read_cache = self.settings.read_cache_mb * 2**20 // share
+        tasks = {
+            p: PartitionTask(
+                p,
+                LocalStore(root / f"p{p}.sqlite", cache_kib=cache_kib),
+                read_cache,
+                TaskState.CREATED,
+            )
+            for p in complete
         }
+        for task in tasks.values():
+            task.move_to(TaskState.RESTORING)
+        stores = {p: task.store for p, task in tasks.items()}
         try:
             with self.watchdog.guard(Step.RESTORE_DELTA, self.budget_s, complete):
-                reports = self.factory.restore(self.settings, stores, self._restore_progress)
+                reports = self.parts.factory.restore(self.settings, stores, self.parts.steps.renew)
         except (KafkaException, TimeoutError):
-            for store in stores.values():
-                store.close()
+            for task in tasks.values():
+                task.move_to(TaskState.CLOSED)
             raise
         for report in reports:
             log.info(
@@ -87,15 +109,11 @@ class Rebalancing(CommitLoop):
                 report.seconds,
                 " (local store wiped: changelog recreated)" if report.wiped else "",
             )
-            self.owned.ready(
-                PartitionTask(
-                    partition=report.partition,
-                    store=stores[report.partition],
-                    read_cache_bytes=self.settings.read_cache_mb * 2**20 // share,
-                )
-            )
+            task = tasks[report.partition]
+            task.move_to(TaskState.RUNNING)  # A3: the watermark as the restore left it
+            self.owned.ready(task)
         self.metrics.restore_seconds.observe(time.monotonic() - started)
-        self.metrics.observe_sessions(self.tasks.values())
+        self.metrics.observe_sessions(self.owned.tasks.values())
         self.metrics.set_ready(True)
 
     def _fence_previous_owners(self, partitions: list[int]) -> None:
@@ -103,7 +121,7 @@ class Rebalancing(CommitLoop):
         timeout. Best effort: whatever it does not end, A1 and read_committed still wait for."""
         asked = time.monotonic()
         with self.watchdog.guard(Step.FENCE_PREVIOUS_OWNER, self.budget_s, partitions):
-            report = self.factory.fence(self.settings, self.owned.wanted(partitions), FENCE_S)
+            report = self.parts.factory.fence(self.settings, self.owned.wanted(partitions), FENCE_S)
         if report.fenced or report.failed or report.skipped:
             log.info(
                 "step %s: partitions %s: fenced %s%s%s in %.2fs (lookup %.2fs)",
@@ -142,24 +160,19 @@ class Rebalancing(CommitLoop):
         if failed:
             raise RejoinError(f"step {step}: partitions not marked: {', '.join(failed)}")
 
-    def _restore_progress(self) -> None:
-        self.watchdog.renew()
-        self._progress()
-
-    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        self._settle_commit()  # a commit in flight finishes first (COMMIT_PROTOCOL, Overlap)
+    def on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.committer.settle()
         self.metrics.rebalances.labels(kind="revoke").inc()
-        txn = self._txn
-        if txn is not None and txn.open:
+        if self.committer.txns.open:
             try:
-                self._commit(txn)  # a txn spans all tasks: commit all of them
+                self.committer.commit()  # a transaction spans all tasks: commit all of them
             except RejoinError as exc:
                 log.error("commit on revoke failed, rejoining with new clients: %s", exc)
-                self._drop_all_tasks()
-                self._rejoin_requested = True
+                self.committer.drop_all()
+                self.parts.flags.rejoin_requested = True
         self.owned.release(partitions)
-        self._resume_held(consumer, self.order.drop({tp.partition for tp in partitions}))
-        if not self.tasks:
+        self._resume_held(consumer, self.parts.order.drop({tp.partition for tp in partitions}))
+        if not self.owned.tasks:
             self.metrics.set_ready(False)
 
     @staticmethod
@@ -173,28 +186,17 @@ class Rebalancing(CommitLoop):
         except KafkaException as exc:  # not assigned any more: nothing left to unpause
             log.info("resume of revoked partitions refused: %s", exc)
 
-    def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        self._settle_commit()  # a commit in flight finishes first (COMMIT_PROTOCOL, Overlap)
+    def on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.committer.settle()
         self.metrics.rebalances.labels(kind="lost").inc()
         log.warning("assignment lost: aborting without committing, then rejoining")
         # Observed after a broker restart: the same producer's next send_offsets_to_transaction
         # blocked past its timeout. New clients after a lost assignment avoid that state.
-        self._rejoin_requested = True
-        txn = self._txn
-        if txn is not None and txn.open:
+        self.parts.flags.rejoin_requested = True
+        if self.committer.txns.open:
             try:
-                self._abort(txn, "assignment lost")
+                self.committer.abort("assignment lost")
             except (RejoinError, KafkaException) as exc:
                 log.warning("abort after a lost assignment failed (rejoining anyway): %s", exc)
         self.owned.release(partitions)
-        self._resume_held(consumer, self.order.drop({tp.partition for tp in partitions}))
-
-    def _drop_all_tasks(self) -> None:
-        self.owned.drop_all()
-        self.order.clear()
-        if self._txn is not None and self._txn.open:
-            self._txn.status = TxnStatus.FAILED  # dropped with its clients, never flushed
-        self._txn_event_times.clear()
-        if self.trace is not None:
-            self.trace.aborted()
-        self.metrics.set_ready(False)
+        self._resume_held(consumer, self.parts.order.drop({tp.partition for tp in partitions}))

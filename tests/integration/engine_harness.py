@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, Producer
 from engine.admin.topics import create_topics
 from engine.core.events import Decision, Event
 from engine.runtime.engine import Engine
-from engine.runtime.metrics import EngineMetrics
+from engine.runtime.process.metrics import EngineMetrics
 from engine.settings import Settings, load_settings, settings_env
 from engine.wire import Codec, DeadLetter, RecordType
 from engine.wire.partitioner import partition_for

@@ -30,7 +30,7 @@ from engine.core.events import (
 from engine.core.fold import fold
 from engine.core.state import PARK_MS, SessionState
 from engine.core.watermark import expire
-from engine.runtime.task import parse_watermark_source
+from engine.runtime.tasks.headers import parse_watermark_source
 from engine.settings import Settings
 from engine.wire import DecodeError, RecordType
 from tests.integration.engine_harness import CODEC, Seen

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 
 from engine.core.events import Binding, Decision, ResumeEvent
 from engine.runtime.clients import consumer_config
-from engine.runtime.fencing import owner_metadata, transactional_id
+from engine.runtime.commit.fencing import owner_metadata, transactional_id
 from engine.settings import Settings
 from engine.wire import RecordType
 from tests.integration.engine_harness import (
@@ -110,8 +110,8 @@ def test_two_processes_share_the_partitions_and_answer_everything_exactly_once(
         assert (tmp_path / "state" / f"process-{n}").is_dir()
 
 
-# Failover (engine/runtime/fencing.py, step A0). The dead owner's transaction timeout is set far
-# above the group's session timeout, so a new owner that waited for it would miss the bound.
+# Failover (engine/runtime/commit/fencing.py, step A0). The dead owner's transaction timeout is
+# set far above the group's session timeout, so a new owner that waited for it would miss the bound.
 FAILOVER = {"session_timeout_ms": 3_000, "transaction_timeout_ms": 30_000}
 
 ZOMBIE = """

@@ -19,7 +19,8 @@ import yaml
 from msgspec.structs import replace
 
 from engine.core.events import AckOutcome, Event
-from engine.runtime.metrics import EngineMetrics, serve_health
+from engine.runtime.process.health import serve_health
+from engine.runtime.process.metrics import EngineMetrics
 from tests.helm_render import CHART
 from tests.integration.engine_harness import (
     engine_settings,

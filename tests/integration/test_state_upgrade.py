@@ -14,7 +14,7 @@ from confluent_kafka import Consumer
 from engine.core.events import AckEvent, Event, IntentEvent, ResumeEvent
 from engine.core.fold import replay
 from engine.core.state import SessionState
-from engine.runtime import task
+from engine.runtime.tasks import task
 from engine.settings import Settings
 from engine.wire import SHIPPED_SCHEMAS, Codec, RecordType
 from tests.integration.engine_harness import engine_settings, engine_thread, produce, read_decisions

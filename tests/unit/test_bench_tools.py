@@ -55,18 +55,18 @@ def test_ceiling_is_the_cores_over_all_cpu_per_input() -> None:
 
 def test_profile_breakdown_counts_samples_under_the_loop_by_callee(tmp_path: Path) -> None:
     raw = tmp_path / "raw.txt"
-    loop = "main (engine/cli.py:3);CommitLoop._loop (engine/runtime/commit_loop.py:108)"
+    loop = "main (engine/cli.py:3);Loop.run (engine/runtime/loop.py:48)"
     raw.write_text(
-        f"{loop};CommitLoop._handle (engine/runtime/commit_loop.py:214);fold (core/fold.py:9) 6\n"
-        f"{loop};CommitLoop._handle (engine/runtime/commit_loop.py:221) 2\n"
-        f"{loop};CommitLoop._commit (engine/runtime/commit_loop.py:300) 3\n"
+        f"{loop};Loop.iterate (engine/runtime/loop.py:64);fold (core/fold.py:9) 6\n"
+        f"{loop};Loop.iterate (engine/runtime/loop.py:70) 2\n"
+        f"{loop};Loop.commit (engine/runtime/loop.py:140) 3\n"
         f"{loop} 1\n"
         "Thread.run (threading.py:975);Event.wait (threading.py:629) 50\n"
     )
     total, shares = breakdown(raw)
     assert total == 12
     assert shares == {
-        "CommitLoop._handle (commit_loop.py)": 8,
-        "CommitLoop._commit (commit_loop.py)": 3,
+        "Loop.iterate (loop.py)": 8,
+        "Loop.commit (loop.py)": 3,
         "<self>": 1,
     }

@@ -326,7 +326,7 @@ def test_the_security_acls_are_the_ones_the_secure_broker_gets() -> None:
 
 
 def test_every_metric_and_stage_the_readme_names_exists() -> None:
-    from engine.runtime.metrics import STAGES
+    from engine.runtime.process.metrics import STAGES
 
     source = "".join(_text(p) for p in (ROOT / "engine").rglob("*.py"))
     registered = set(re.findall(r"\"(reconciler_\w+)\"", source))

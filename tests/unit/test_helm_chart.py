@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 from engine.cli import build_parser
-from engine.runtime import metrics as metrics_module
-from engine.runtime.metrics import EngineMetrics, serve_health
+from engine.runtime.process import health as health_module
+from engine.runtime.process.health import serve_health
+from engine.runtime.process.metrics import EngineMetrics
 from engine.settings import KAFKA_ENV_PREFIX, Settings, load_settings
 from tests.helm_render import CHART, Manifest, engine_env, helm_template, one, render
 
@@ -284,7 +285,7 @@ def test_probe_paths_are_the_ones_the_engine_serves(
     assert {p["name"] for p in engine["ports"]} == {"metrics"}
     (endpoint,) = one(all_on, "ServiceMonitor")["spec"]["endpoints"]
 
-    monkeypatch.setattr(metrics_module, "ThreadingHTTPServer", _FakeServer)
+    monkeypatch.setattr(health_module, "ThreadingHTTPServer", _FakeServer)
     metrics = EngineMetrics()
     serve_health(metrics, 0)
     handler = _FakeServer.handler

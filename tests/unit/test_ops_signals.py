@@ -23,10 +23,10 @@ from engine.core.events import (
     Verdict,
 )
 from engine.core.state import SessionState
-from engine.runtime.commit_loop import _log_for_operator
-from engine.runtime.metrics import EngineMetrics
-from engine.runtime.store import LocalStore, StoreWrite
-from engine.runtime.task import HEALTH_HEADER, pending_header
+from engine.runtime.fold_step import _log_for_operator
+from engine.runtime.process.metrics import EngineMetrics
+from engine.runtime.tasks.headers import HEALTH_HEADER, pending_header
+from engine.runtime.tasks.store import LocalStore, StoreWrite
 from engine.wire.errors import DecodeReason
 
 

@@ -18,9 +18,9 @@ from typing import Any, Literal, cast
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from engine.runtime.clients import DEAD_LETTER_MAX_BYTES, ConsumerLike, ProducerLike
-from engine.runtime.fencing import FenceReport
-from engine.runtime.restore import RestoreReport, _store_write
-from engine.runtime.store import NO_OFFSET, LocalStore
+from engine.runtime.commit.fencing import FenceReport
+from engine.runtime.tasks.restore import RestoreReport, _store_write
+from engine.runtime.tasks.store import NO_OFFSET, LocalStore
 from engine.settings import Settings
 from engine.wire.partitioner import partition_for
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-from engine.runtime.collector import MIN_FROZEN, Collector
 from engine.runtime.engine import Engine
+from engine.runtime.process.collector import MIN_FROZEN, Collector
 from engine.settings import load_settings
 from tests.integration.engine_harness import CODEC
 from tests.unit.runtime.fakes import FakeBroker, FakeClients, Faults

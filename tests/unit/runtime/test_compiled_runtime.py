@@ -1,5 +1,5 @@
-"""The compiled runtime modules (engine.runtime.ingest and ordering after `make setup`) do what
-their sources do: the same release order and flow for any program of buffer operations, the
+"""The compiled runtime modules (engine.runtime.intake.ingest and ordering after `make setup`)
+do what their sources do: the same release order and flow for any program of buffer operations, the
 same events and byte-identical dead letters for intact, damaged and misplaced records."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from confluent_kafka import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import engine.runtime.ingest as running_ingest
-import engine.runtime.ordering as running_ordering
+import engine.runtime.intake.ingest as running_ingest
+import engine.runtime.intake.ordering as running_ordering
 from engine import compiled
 from engine.settings import load_settings
 from engine.wire import Codec, DecodeError, RecordType
 from engine.wire.partitioner import partition_for
 
-PURE = compiled.load_pure("engine.runtime.ingest", "engine.runtime.ordering")
+PURE = compiled.load_pure("engine.runtime.intake.ingest", "engine.runtime.intake.ordering")
 TOPICS = load_settings(environ={}, bootstrap_servers="127.0.0.1:1").topics
 INPUTS = ("intents", "acks", "resumes")
 PARTITIONS = 6
@@ -74,7 +74,7 @@ def _run_order(module: ModuleType, program: list[Op]) -> list[Any]:
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(OPS, max_size=80))
 def test_the_order_buffer_releases_what_its_sources_release(program: list[Op]) -> None:
-    pure = PURE["engine.runtime.ordering"]
+    pure = PURE["engine.runtime.intake.ordering"]
     assert _run_order(running_ordering, program) == _run_order(pure, program)
 
 
@@ -115,7 +115,7 @@ def _session_key(value: bytes) -> bytes | None:
 
 
 def test_ingest_gives_what_its_sources_give() -> None:
-    pure = PURE["engine.runtime.ingest"]
+    pure = PURE["engine.runtime.intake.ingest"]
     cases, events = 0, 0
     for value in _values():
         keys = [None, b"s-other", _session_key(value)]

@@ -18,14 +18,14 @@ import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from engine.core.events import Decision
-from engine.runtime import commit_loop
 from engine.runtime import engine as engine_module
 from engine.runtime.clients import ConsumerLike
+from engine.runtime.commit.commit import Commit
 from engine.runtime.engine import Engine
-from engine.runtime.store import LocalStore
-from engine.runtime.task import PartitionTask
-from engine.runtime.transaction import Transaction
-from engine.runtime.watchdog import Expired, Watchdog
+from engine.runtime.intake import intake
+from engine.runtime.process.watchdog import Expired, Watchdog
+from engine.runtime.tasks.store import LocalStore
+from engine.runtime.tasks.task import PartitionTask
 from engine.settings import Settings, load_settings
 from engine.wire import RecordType
 from tests.integration.engine_harness import CODEC, Seen
@@ -60,8 +60,8 @@ def _commit_overlap(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
     folded all of them: every commit folds ahead as much as it can, with no clock."""
     monkeypatch.setitem(OVERLAP, "overlap", request.param)
     if request.param:
-        monkeypatch.setattr(commit_loop, "CONSUME_BATCH", 2)
-        monkeypatch.setattr(Transaction, "commit_done", lambda self: False)
+        monkeypatch.setattr(intake, "CONSUME_BATCH", 2)
+        monkeypatch.setattr(Commit, "worker_done", lambda self: False)
 
 
 def _settings(tmp_path: Path) -> Settings:
@@ -115,7 +115,7 @@ def _done(broker: FakeBroker, settings: Settings) -> bool:
 
 def _stop_when_folded(engine: Engine) -> Callable[[], None]:
     def on_idle() -> None:
-        txn = engine._txn
+        txn = engine.transactions
         if not len(engine.order) and (txn is None or not txn.open):
             engine.stop()
 
@@ -173,13 +173,13 @@ def _check_replay(broker: FakeBroker, settings: Settings) -> None:
 
 def test_no_fault_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     held: list[int] = []
-    produce_held = Transaction.produce_held
+    produce_held = Commit._produce_held
 
-    def counted(self: Transaction) -> int:
+    def counted(self: Commit) -> int:
         held.append(produce_held(self))
         return held[-1]
 
-    monkeypatch.setattr(Transaction, "produce_held", counted)
+    monkeypatch.setattr(Commit, "_produce_held", counted)
     settings = _settings(tmp_path)
     broker = _broker(settings, Faults())
     assert _run_until_done(settings, broker) == 1
@@ -309,7 +309,7 @@ class _InFlightConsumer(FakeConsumer):
     def _now(clients: _InFlightClients) -> bool:
         if clients.mode == "lost at fault":
             return clients.broker.faults.fired > 0 and clients.count[0] == 0
-        txn = clients.engine._txn if clients.engine is not None else None
+        txn = clients.engine.transactions if clients.engine is not None else None
         return txn is not None and txn.in_flight and clients.count[0] < 3
 
 
@@ -326,34 +326,28 @@ class _InFlightClients(FakeClients):
 
 def _worker_waits_for_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Steps 4-5 of an overlapped commit start only once the loop waits for the worker
-    (`finish_commit`, or `abandon_commit` when it leaves with an exception): a callback that
+    (`Commit.join`, also when it leaves with an exception: `abandon` joins): a callback that
     touched the producer or the tasks before settling the commit then does so before the
     worker even flushed, in every run, not only when the thread scheduler happens to let it."""
     gate = threading.Event()
-    start, finish = Transaction.start_commit, Transaction.finish_commit
-    abandon, steps = Transaction.abandon_commit, Transaction._steps_4_5
+    start, join, steps = Commit.start_worker, Commit.join, Commit.commit_steps
 
-    def start_commit(self: Transaction, *args: Any) -> None:
+    def start_worker(self: Commit) -> None:
         gate.clear()
-        start(self, *args)
+        start(self)
 
-    def finish_commit(self: Transaction) -> None:
+    def joined(self: Commit) -> None:
         gate.set()
-        finish(self)
+        join(self)
 
-    def abandon_commit(self: Transaction) -> None:
-        gate.set()
-        abandon(self)
-
-    def steps_4_5(self: Transaction, *args: Any) -> None:
+    def steps_4_5(self: Commit) -> None:
         if threading.current_thread().name == "commit":  # the worker, not a waited commit
             gate.wait()
-        steps(self, *args)
+        steps(self)
 
-    monkeypatch.setattr(Transaction, "start_commit", start_commit)
-    monkeypatch.setattr(Transaction, "finish_commit", finish_commit)
-    monkeypatch.setattr(Transaction, "abandon_commit", abandon_commit)
-    monkeypatch.setattr(Transaction, "_steps_4_5", steps_4_5)
+    monkeypatch.setattr(Commit, "start_worker", start_worker)
+    monkeypatch.setattr(Commit, "join", joined)
+    monkeypatch.setattr(Commit, "commit_steps", steps_4_5)
 
 
 @pytest.mark.parametrize("mode", ["rebalance", "lost", "lost at fault"])
@@ -365,10 +359,12 @@ def test_rebalance_while_a_commit_is_in_flight(
     """The rebalance callbacks must settle the commit the worker is running before they touch
     the tasks; waiting for each commit, none is ever in flight when consume() runs. A lost
     assignment commits nothing more and rejoins with new clients, whatever the fault left
-    behind. Mutations and the cases that fail (of 216): `_settle_commit` a no-op 72 (every
-    overlapped rebalance and lost case); no settle in `on_lost` only 36; no rejoin after a
-    lost assignment 108; `_consume` calling consume() again after a callback asked for a
-    rejoin 72 (every "lost at fault" case)."""
+    behind. Mutations and the cases that fail (of 216): `Committer.settle` a no-op 27 (step 6
+    refuses the tasks a revoke closed under the commit in flight); no settle in `on_lost` only
+    0 (the commit in flight is then abandoned with the clients, as in a crash: the store stays
+    behind Kafka and A2 reads the difference); no rejoin after a lost assignment 108;
+    `Intake.consume` calling consume() again after a callback asked for a rejoin 72 (every
+    "lost at fault" case)."""
     settings = _settings(tmp_path)
     faults = Faults(step=step, kind=kind, skip=_skip(step))
     broker = _broker(settings, faults)

@@ -9,10 +9,8 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from engine.runtime.assignment import Assignment
 from engine.runtime.clients import producer_config
-from engine.runtime.engine import Engine
-from engine.runtime.fencing import (
+from engine.runtime.commit.fencing import (
     METADATA_PREFIX,
     fence_previous_owners,
     owner_metadata,
@@ -20,6 +18,8 @@ from engine.runtime.fencing import (
     to_fence,
     transactional_id,
 )
+from engine.runtime.engine import Engine
+from engine.runtime.tasks.assignment import Assignment
 from engine.settings import Settings, load_settings
 from tests.unit.runtime.fakes import FakeBroker, FakeClients, Faults
 

@@ -1,5 +1,5 @@
-"""The loop's generation-0 threshold (engine/runtime/memory.py), restored after each test: it is
-process-wide."""
+"""The loop's generation-0 threshold (engine/runtime/process/memory.py), restored after each
+test: it is process-wide."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.runtime.memory import tune_gc
+from engine.runtime.process.memory import tune_gc
 
 
 @pytest.fixture(autouse=True)

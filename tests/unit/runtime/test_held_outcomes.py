@@ -1,4 +1,4 @@
-"""A record produced while an overlapped commit is in flight is held until `produce_held`; a
+"""A record produced while an overlapped commit is in flight is held until its commit begins; a
 caller that counts its outcome (a dead letter: its reason, or DEAD_LETTER_REFUSED) must hear
 the real one, known only when the record reaches the producer. No Kafka, no clock."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from engine.runtime.transaction import Transaction
-from engine.runtime.watchdog import Watchdog
+from engine.runtime.commit.transaction import Transactions
+from engine.runtime.process.watchdog import Watchdog
 
 
 class _Producer:
@@ -46,17 +46,18 @@ class _Producer:
 
 def test_a_held_optional_record_reports_its_real_outcome_once_produced() -> None:
     producer = _Producer()
-    txn = Transaction(producer, Watchdog(clock=lambda: 0.0, on_expired=lambda e: None), 45.0)
+    txn = Transactions(producer, Watchdog(clock=lambda: 0.0, on_expired=lambda e: None), 45.0)
     outcomes: list[tuple[str, bool]] = []
 
     def heard(topic: str) -> Callable[[bool], None]:
         return lambda delivered: outcomes.append((topic, delivered))
 
-    txn.begin()
-    assert txn.produce("ok", None, b"v", "2 fold", optional=True, outcome=lambda d: None)
-    txn.start_commit([TopicPartition("in", 0, 1)], lambda: object())
+    first = txn.for_outputs()
+    assert first.produce("ok", None, b"v", "2 fold", optional=True, outcome=lambda d: None)
+    first.write_changelog("changelog", [], [TopicPartition("in", 0, 1)], lambda: object())
+    txn.hand_to_worker(first)
     for topic in ("refused", "ok"):
-        held = txn.produce(
+        held = txn.for_outputs().produce(
             topic,
             None,
             b"v",
@@ -67,16 +68,21 @@ def test_a_held_optional_record_reports_its_real_outcome_once_produced() -> None
         assert held, "held records count as queued"
     assert outcomes == [], "nothing is known while the records are held"
     producer.release.set()
-    txn.finish_commit()
-    assert txn.produce_held() == 2
+    assert txn.returned() is first
+    after = txn.current
+    assert after is not None
+    assert after.holds_outputs
+    assert after.begin() == 2
     assert outcomes == [("refused", False), ("ok", True)]
     assert producer.produced == ["ok", "ok"]
 
 
 def test_a_record_produced_at_once_reports_at_once() -> None:
-    txn = Transaction(_Producer(), Watchdog(clock=lambda: 0.0, on_expired=lambda e: None), 45.0)
+    txn = Transactions(_Producer(), Watchdog(clock=lambda: 0.0, on_expired=lambda e: None), 45.0)
     outcomes: list[bool] = []
-    txn.begin()
-    assert not txn.produce("refused", None, b"v", "2 fold", optional=True, outcome=outcomes.append)
-    assert txn.produce("ok", None, b"v", "2 fold", optional=True, outcome=outcomes.append)
+    commit = txn.for_outputs()
+    assert not commit.produce(
+        "refused", None, b"v", "2 fold", optional=True, outcome=outcomes.append
+    )
+    assert commit.produce("ok", None, b"v", "2 fold", optional=True, outcome=outcomes.append)
     assert outcomes == [False, True]

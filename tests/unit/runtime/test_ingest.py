@@ -1,12 +1,13 @@
-"""Ingest.accept (engine/runtime/ingest.py), without Kafka: a consumed record becomes its event,
-or a dead letter whose reason and position say why, for each check it makes beyond the codec."""
+"""Ingest.accept (engine/runtime/intake/ingest.py), without Kafka: a consumed record becomes its
+event, or a dead letter whose reason and position say why, for each check it makes beyond the
+codec."""
 
 from __future__ import annotations
 
 from confluent_kafka import Message
 
 from engine.core.events import AckOutcome, Event, RepairResolution
-from engine.runtime.ingest import Ingest, Rejected
+from engine.runtime.intake.ingest import Ingest, Rejected
 from engine.settings import load_settings
 from engine.wire import Codec, DeadLetter, RecordType
 from engine.wire.partitioner import partition_for

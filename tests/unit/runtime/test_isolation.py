@@ -13,7 +13,7 @@ from msgspec.structs import replace
 
 from engine.core import fold as fold_module
 from engine.core.events import AnswerSuffix, Decision, Event
-from engine.runtime import task as task_module
+from engine.runtime.tasks import task as task_module
 from engine.settings import Settings
 from engine.wire import DeadLetter, DecodeReason, RecordType
 from engine.wire.dead_letter import EXCERPT_BYTES

@@ -1,5 +1,5 @@
-"""The opt-in latency trace (engine/runtime/trace.py): a line per folded input, written at its
-commit, with the loop's steps in the order they happen; and nothing for an aborted batch."""
+"""The opt-in latency trace (engine/runtime/process/trace.py): a line per folded input, written
+at its commit, with the loop's steps in the order they happen; and nothing for an aborted batch."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import gc
 from pathlib import Path
 
 from engine.runtime.engine import Engine
-from engine.runtime.trace import LatencyTrace
+from engine.runtime.process.trace import LatencyTrace
 from engine.settings import load_settings
 from tests.integration.engine_harness import CODEC
 from tests.unit.runtime.fakes import FakeBroker, FakeClients, Faults

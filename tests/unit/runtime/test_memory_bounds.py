@@ -11,10 +11,10 @@ from pathlib import Path
 from engine.core.fold import fold
 from engine.core.state import SessionState
 from engine.runtime.clients import consumer_config, producer_config
-from engine.runtime.memory import ARENA_ENV, Trimmer, child_env
-from engine.runtime.state_codec import decode_state, encode_state
-from engine.runtime.store import LocalStore
-from engine.runtime.task import DECODED_BYTES_PER_ENCODED
+from engine.runtime.process.memory import ARENA_ENV, Trimmer, child_env
+from engine.runtime.tasks.read_cache import DECODED_BYTES_PER_ENCODED
+from engine.runtime.tasks.state_codec import decode_state, encode_state
+from engine.runtime.tasks.store import LocalStore
 from engine.settings import load_settings
 from tests.helm_render import engine_env, one, render
 from tests.integration.exactly_once import workload

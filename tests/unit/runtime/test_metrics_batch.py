@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from engine.runtime.metrics import LATENCY_BUCKETS, EngineMetrics, observe_many
+from engine.runtime.process.metrics import LATENCY_BUCKETS, EngineMetrics, observe_many
 
 # On a bound, just past it, between bounds, beyond the last, zero and a clamped negative.
 VALUES = [0.005, 0.0051, 0.3, 31.0, 0.0, 0.0, 2.5, 2.5000001, 0.01, 7.0]

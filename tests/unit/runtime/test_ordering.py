@@ -10,7 +10,7 @@ from confluent_kafka import Message
 from engine.core.events import Decision, Reason
 from engine.runtime.clients import ConsumerLike
 from engine.runtime.engine import Engine
-from engine.runtime.ordering import FIRST, Buffered, InputOrder
+from engine.runtime.intake.ordering import FIRST, Buffered, InputOrder
 from engine.settings import Settings, load_settings
 from engine.wire import RecordType
 from tests.integration.engine_harness import CODEC
@@ -278,7 +278,7 @@ def test_a_partition_paused_for_order_is_not_left_paused_by_a_rebalance(tmp_path
     engine = Engine(settings, clients=clients)
 
     def on_idle() -> None:  # consumed and folded everything, nothing left open
-        txn = engine._txn
+        txn = engine.transactions
         if not len(engine.order) and (txn is None or not txn.open):
             engine.stop()
 

@@ -3,16 +3,14 @@ worker; one started because librdkafka's queue was drained runs them in the loop
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
 
-from engine.runtime import commit_loop
+from engine.runtime.commit.commit import Commit
 from engine.runtime.engine import Engine
-from engine.runtime.transaction import Transaction
+from engine.runtime.intake import intake
 from engine.settings import load_settings
 from engine.wire import Codec
 from tests.unit.runtime.fakes import FakeBroker, FakeClients, Faults
@@ -39,25 +37,24 @@ def _commits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, max_events: int) -
             settings.topics.topic_for(event), event.session_id.encode(), CODEC.encode(event)
         )
     counts = {"waited": 0, "overlapped": 0}
-    commit, start_commit = Transaction.commit, Transaction.start_commit
+    commit_steps, start_worker = Commit.commit_steps, Commit.start_worker
 
-    def waited(self: Transaction, offsets: list[TopicPartition], meta: Callable[[], Any]) -> None:
-        counts["waited"] += 1
-        commit(self, offsets, meta)
+    def waited(self: Commit) -> None:
+        if threading.current_thread().name != "commit":  # not the worker's own call
+            counts["waited"] += 1
+        commit_steps(self)
 
-    def overlapped(
-        self: Transaction, offsets: list[TopicPartition], meta: Callable[[], Any]
-    ) -> None:
+    def overlapped(self: Commit) -> None:
         counts["overlapped"] += 1
-        start_commit(self, offsets, meta)
+        start_worker(self)
 
-    monkeypatch.setattr(Transaction, "commit", waited)
-    monkeypatch.setattr(Transaction, "start_commit", overlapped)
+    monkeypatch.setattr(Commit, "commit_steps", waited)
+    monkeypatch.setattr(Commit, "start_worker", overlapped)
     clients = FakeClients(broker, batch=8)
     engine = Engine(settings, clients=clients)
 
     def stop_when_folded() -> None:
-        txn = engine._txn
+        txn = engine.transactions
         if not len(engine.order) and (txn is None or not txn.open):
             engine.stop()
 
@@ -85,6 +82,6 @@ def test_a_commit_with_records_waiting_behind_it_is_overlapped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a full batch at every consume: records wait behind each commit the size bound starts
-    monkeypatch.setattr(commit_loop, "CONSUME_BATCH", 2)
+    monkeypatch.setattr(intake, "CONSUME_BATCH", 2)
     _, overlapped = _commits(tmp_path, monkeypatch, max_events=5)
     assert overlapped > 0

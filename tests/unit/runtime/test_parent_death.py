@@ -10,14 +10,14 @@ import sys
 import time
 from pathlib import Path
 
-from engine.runtime.supervisor import ORPHANED_EXIT, SUPERVISOR_ENV
+from engine.runtime.process.supervisor import ORPHANED_EXIT, SUPERVISOR_ENV
 
 REPO = Path(__file__).resolve().parents[3]
 
 # The child as `_run_engine` starts: the parent-death request first, then work (a long sleep).
 CHILD = """
 import os, sys, time
-from engine.runtime.supervisor import die_with_supervisor
+from engine.runtime.process.supervisor import die_with_supervisor
 die_with_supervisor()
 print(os.getpid(), flush=True)
 time.sleep(120)
@@ -75,7 +75,7 @@ def test_a_child_whose_supervisor_already_died_exits_at_start() -> None:
 
 def test_without_the_variable_nothing_is_asked() -> None:
     env = {k: v for k, v in os.environ.items() if k != SUPERVISOR_ENV}
-    code = "from engine.runtime.supervisor import die_with_supervisor; die_with_supervisor()"
+    code = "from engine.runtime.process.supervisor import die_with_supervisor; die_with_supervisor()"
     child = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, timeout=30
     )

@@ -10,9 +10,9 @@ from msgspec.structs import replace
 from engine.core.events import AckOutcome, Reason, Verdict
 from engine.core.fold import fold
 from engine.core.state import PARK_MS
-from engine.runtime.state_codec import encode_state
-from engine.runtime.store import LocalStore, StoreWrite
-from engine.runtime.task import PartitionTask
+from engine.runtime.tasks.state_codec import encode_state
+from engine.runtime.tasks.store import LocalStore, StoreWrite
+from engine.runtime.tasks.task import PartitionTask
 from tests.unit.core.builders import ack, intent, msg
 
 A = msg("a")

@@ -13,16 +13,16 @@ from msgspec.structs import replace
 
 from engine.core.events import AckOutcome, Reason, Verdict
 from engine.core.state import PARK_MS
-from engine.runtime.restore import _store_write
-from engine.runtime.state_codec import StateFormatError, decode_state
-from engine.runtime.store import NO_OFFSET, LocalStore, StoreWrite
-from engine.runtime.task import (
-    DECODED_BYTES_PER_ENCODED,
-    PartitionTask,
+from engine.runtime.tasks.headers import (
     parse_pending_header,
     parse_watermark_source,
     pending_header,
 )
+from engine.runtime.tasks.read_cache import DECODED_BYTES_PER_ENCODED
+from engine.runtime.tasks.restore import _store_write
+from engine.runtime.tasks.state_codec import StateFormatError, decode_state
+from engine.runtime.tasks.store import NO_OFFSET, LocalStore, StoreWrite
+from engine.runtime.tasks.task import PartitionTask
 from tests.unit.core.builders import ack, call, intent, msg, out, record, resume
 
 U, C, OUT = msg("u"), call("c1"), out("c1")

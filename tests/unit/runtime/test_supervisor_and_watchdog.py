@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.runtime.metrics import EngineMetrics, serve_health
-from engine.runtime.supervisor import RESTARTS_ENV, Backoff, supervise, supervise_all
-from engine.runtime.watchdog import Expired, Watchdog
+from engine.runtime.process.health import serve_health
+from engine.runtime.process.metrics import EngineMetrics
+from engine.runtime.process.supervisor import RESTARTS_ENV, Backoff, supervise, supervise_all
+from engine.runtime.process.watchdog import Expired, Watchdog
 
 CHILD = """
 import os, sys

@@ -8,8 +8,8 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from engine.runtime.transaction import CALL_TIMEOUT_S, OWN_BUDGET_MARGIN_S, Transaction
-from engine.runtime.watchdog import Expired, Watchdog
+from engine.runtime.commit.transaction import CALL_TIMEOUT_S, OWN_BUDGET_MARGIN_S, Transactions
+from engine.runtime.process.watchdog import Expired, Watchdog
 
 GENERAL_BUDGET_S = 45.0
 
@@ -51,8 +51,9 @@ def _commit_with_calls_lasting(elapsed_s: float) -> dict[str, tuple[float, Expir
     fired: list[Expired] = []
     watchdog = Watchdog(clock=lambda: now[0], on_expired=fired.append)
     producer = _Producer(watchdog, now, elapsed_s)
-    txn = Transaction(producer, watchdog, GENERAL_BUDGET_S)
-    txn.commit([TopicPartition("t", 0, 5)], lambda: object())
+    commit = Transactions(producer, watchdog, GENERAL_BUDGET_S).for_outputs()
+    commit.write_changelog("changelog", [], [TopicPartition("t", 0, 5)], lambda: object())
+    commit.commit_steps()
     return producer.seen
 
 

@@ -17,7 +17,7 @@ from msgspec.structs import replace
 
 from engine.core.fold import fold
 from engine.core.state import SessionState
-from engine.runtime.state_codec import StateFormatError, decode_state, encode_state
+from engine.runtime.tasks.state_codec import StateFormatError, decode_state, encode_state
 from engine.wire import POLICY, SHIPPED_SCHEMAS, Codec, DecodeError, DecodeReason, RecordType
 from engine.wire.raw_digests import convert, has_raw_digests, hex_to_raw
 from engine.wire.validation import semantic_violation

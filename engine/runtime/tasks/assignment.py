@@ -12,7 +12,8 @@ from collections.abc import Iterable
 
 from confluent_kafka import TopicPartition
 
-from engine.runtime.task import PartitionTask
+from engine.runtime.tasks.state import TaskState
+from engine.runtime.tasks.task import PartitionTask
 
 Key = tuple[str, int]
 
@@ -79,17 +80,14 @@ class Assignment:
     def release(self, partitions: list[TopicPartition]) -> None:
         """Revoke or lost: close the tasks of these partitions and forget their offsets."""
         for p in sorted({tp.partition for tp in partitions} & set(self.tasks)):
-            task = self.tasks.pop(p)
-            task.discard()
-            task.store.close()
+            self.tasks.pop(p).move_to(TaskState.CLOSED)
         self.assigned -= {(tp.topic, tp.partition) for tp in partitions}
         for tp in partitions:
             self.next.pop((tp.topic, tp.partition), None)
 
     def drop_all(self) -> None:
         for task in self.tasks.values():
-            task.discard()
-            task.store.close()
+            task.move_to(TaskState.CLOSED)
         self.tasks.clear()
         self.assigned.clear()
         self.next.clear()

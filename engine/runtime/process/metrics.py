@@ -6,27 +6,23 @@ Readiness is 1 only while the process holds restored tasks; liveness is loop pro
 
 from __future__ import annotations
 
-import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
 from confluent_kafka import KafkaException, TopicPartition
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
-    generate_latest,
 )
 
 from engine.core.events import Decision, Reason, Verdict
 from engine.core.state import Health
 from engine.runtime.clients import ConsumerLike
-from engine.runtime.store import LocalStore
+from engine.runtime.tasks.store import LocalStore
 from engine.wire.errors import DecodeReason
 
 LAG_INTERVAL_S = 5.0
@@ -273,35 +269,3 @@ def observe_many(histogram: Histogram, values: Sequence[float]) -> None:
     for bucket, count in zip(histogram._buckets, counts, strict=True):
         if count:
             bucket.inc(count)
-
-
-def serve_health(metrics: EngineMetrics, port: int) -> ThreadingHTTPServer:
-    """Start /metrics, /healthz and /readyz on 0.0.0.0:port in a daemon thread."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/metrics":
-                body, status = generate_latest(metrics.registry), 200
-                content_type = CONTENT_TYPE_LATEST
-            elif self.path == "/healthz":
-                alive = metrics.liveness()
-                body = b"ok\n" if alive else b"no loop progress within the liveness timeout\n"
-                status, content_type = (200 if alive else 503), "text/plain"
-            elif self.path == "/readyz":
-                ready = metrics.is_ready
-                body = b"ready\n" if ready else b"restoring or unassigned\n"
-                status, content_type = (200 if ready else 503), "text/plain"
-            else:
-                body, status, content_type = b"not found\n", 404, "text/plain"
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True, name="health").start()
-    return server

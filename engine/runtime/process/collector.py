@@ -16,8 +16,8 @@ collection or since the first count (checked every `check_interval_s`: counting 
 or every `full_interval_s`, whichever comes first. The count is of objects, not bytes: a cycle
 that dies holding a large untracked payload (bytes) keeps it until the next full collection, at
 most `full_interval_s`. Collecting what a batch left before each freeze would free such cycles
-at once; it was measured and made the p99 worse in 11 of 12 paired latency runs (17:27-17:37
-UTC, session 5), so the engine's own measured cyclic garbage decides the trade-off.
+at once, but it makes the p99 worse (docs/performance-history.md), so the engine's own
+measured cyclic garbage decides the trade-off.
 
 The process entry point installs it (`reconciler run`); an engine built in a test does not, so
 no test's heap is frozen behind its back.

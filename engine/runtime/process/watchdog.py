@@ -1,7 +1,8 @@
 """The watchdog: every call that can block runs under a named step with a budget.
 
-librdkafka can block past its own timeouts (issue 5456: `send_offsets_to_transaction` waits
-forever when the group coordinator goes away). No call of ours can cut it, so a thread watches
+librdkafka can block past its own timeouts (`send_offsets_to_transaction` waits forever when
+the group coordinator goes away: https://github.com/confluentinc/librdkafka/issues/5456).
+No call of ours can cut it, so a thread watches
 the step the loop is in: when a step outlives its budget it logs the step, the partitions and
 every thread's stack, and ends the process with `WATCHDOG_EXIT_CODE`. Exactly-once makes that
 safe (COMMIT_PROTOCOL.md, "Deadlines"); the supervisor or the pod restarts the process.

@@ -13,14 +13,14 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from engine.runtime.store import NO_OFFSET, LocalStore, StoreWrite
-from engine.runtime.task import (
+from engine.runtime.tasks.headers import (
     HEALTH_HEADER,
     PARKED_HEADER,
     PENDING_HEADER,
     WATERMARK_HEADER,
     parse_pending_header,
 )
+from engine.runtime.tasks.store import NO_OFFSET, LocalStore, StoreWrite
 
 RESTORE_BATCH = 5_000
 

@@ -1,0 +1,43 @@
+"""The process's HTTP endpoints: /metrics (Prometheus), /healthz (liveness: the loop made
+progress) and /readyz (readiness: every assigned task is restored)."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from engine.runtime.process.metrics import EngineMetrics
+
+
+def serve_health(metrics: EngineMetrics, port: int) -> ThreadingHTTPServer:
+    """Start /metrics, /healthz and /readyz on 0.0.0.0:port in a daemon thread."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/metrics":
+                body, status = generate_latest(metrics.registry), 200
+                content_type = CONTENT_TYPE_LATEST
+            elif self.path == "/healthz":
+                alive = metrics.liveness()
+                body = b"ok\n" if alive else b"no loop progress within the liveness timeout\n"
+                status, content_type = (200 if alive else 503), "text/plain"
+            elif self.path == "/readyz":
+                ready = metrics.is_ready
+                body = b"ready\n" if ready else b"restoring or unassigned\n"
+                status, content_type = (200 if ready else 503), "text/plain"
+            else:
+                body, status, content_type = b"not found\n", 404, "text/plain"
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True, name="health").start()
+    return server
