@@ -139,3 +139,22 @@ def test_a_malformed_line_names_its_number_and_exits_2(
     assert main(["replay", "--verify", "--inputs", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}, line 2: not a replay step (KeyError" in err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\xff\xfe not text\n", "is not UTF-8 text (byte 0)"),
+        (b"", "holds no replay step"),
+        (b"\n  \n", "holds no replay step"),
+    ],
+)
+def test_a_file_not_utf8_or_without_steps_exits_2_with_a_message(
+    content: bytes, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(content)
+    assert main(["replay", "--verify", "--inputs", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert "all identical" not in captured.out
