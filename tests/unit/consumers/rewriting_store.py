@@ -62,8 +62,7 @@ class RewritingStore(FaultySession):
             self._rewrite_last(conn, self.rewrite_in_append)
             self.rewrite_in_append = None
         rows = conn.execute(
-            f"SELECT digest FROM {OUTBOX_TABLE} WHERE session_id = ? "
-            "ORDER BY row_id DESC LIMIT ?",
+            f"SELECT digest FROM {OUTBOX_TABLE} WHERE session_id = ? ORDER BY row_id DESC LIMIT ?",
             (self.session_id, self.last_append + 1),
         ).fetchall()
         self.appends.append((len(items), [str(row[0]) for row in reversed(rows)]))
@@ -76,8 +75,8 @@ class RewritingStore(FaultySession):
 
     def _rewrite_last(self, conn: sqlite3.Connection, item: dict[str, Any]) -> None:
         conn.execute(
-                f"UPDATE {self.messages_table} SET message_data = ? WHERE id = (SELECT MAX(id) "
-                f"FROM {self.messages_table} WHERE session_id = ?)",
+            f"UPDATE {self.messages_table} SET message_data = ? WHERE id = (SELECT MAX(id) "
+            f"FROM {self.messages_table} WHERE session_id = ?)",
             (json.dumps(stored_form(item)), self.session_id),  # type: ignore[arg-type]
         )
         conn.execute(
