@@ -54,7 +54,7 @@ demo: setup
 	$(VENV)/bin/reconciler demo --embedded-engine --bootstrap-servers $(BOOTSTRAP)
 
 ## soak: 100 kill -9s of the engine and 20 broker restarts, each under load, then the
-## exactly-once check (figures for the notes; not part of make test). KILLS=, RESTARTS= override.
+## exactly-once check (a long run, not part of make test). KILLS=, RESTARTS= override.
 soak: setup
 	RECONCILER_SOAK_KILLS=$${KILLS:-100} RECONCILER_SOAK_RESTARTS=$${RESTARTS:-20} bash tools/test.sh \
 		-m kafka tests/integration/test_engine_crash.py \

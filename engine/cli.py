@@ -59,13 +59,12 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_timeout(parser: argparse.ArgumentParser) -> None:
+def _add_timeout(
+    parser: argparse.ArgumentParser,
+    text: str = "give up (exit 1) when the brokers do not answer or the topics are missing",
+) -> None:
     parser.add_argument(
-        "--timeout",
-        type=float,
-        default=_OPERATOR_TIMEOUT_S,
-        metavar="SECONDS",
-        help="give up (exit 1) when the brokers do not answer or the topics are missing",
+        "--timeout", type=float, default=_OPERATOR_TIMEOUT_S, metavar="SECONDS", help=text
     )
 
 
@@ -243,7 +242,7 @@ def _replay(args: argparse.Namespace) -> int:
     settings = _settings(args)
     partitions, count = partitions_to_replay(settings, args.partition, args.timeout)
     for partition in partitions:
-        outcome = verify(replay_steps(settings, partition, count))
+        outcome = verify(replay_steps(settings, partition, count, args.timeout))
         print(f"partition {partition}: {outcome.summary()}")
     return 0
 
@@ -360,7 +359,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="fold recorded inputs again with this core and compare with the published decisions",
     )
     _add_common(replay)
-    _add_timeout(replay)
+    _add_timeout(
+        replay,
+        "give up (exit 1) when the brokers do not answer, the topics are missing, or a read "
+        "gets no new record for this long (an idle deadline: a long partition that keeps "
+        "coming in is read to its end)",
+    )
     replay.add_argument(
         "--verify",
         action="store_true",

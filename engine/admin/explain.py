@@ -29,11 +29,18 @@ READ_TIMEOUT_S = 30.0
 
 
 def read_partition(
-    settings: Settings, topic: str, partition: int, timeout_s: float = READ_TIMEOUT_S
+    settings: Settings,
+    topic: str,
+    partition: int,
+    timeout_s: float = READ_TIMEOUT_S,
+    *,
+    idle: bool = False,
 ) -> Iterator[Message]:
     """Every committed record of one partition, from the beginning to the current end.
 
-    Raises `KafkaUnavailableError` when the end is not reached within ``timeout_s``.
+    Raises `KafkaUnavailableError` when the end is not reached within ``timeout_s``; with
+    ``idle``, when no record arrives for ``timeout_s`` (a long partition that keeps coming in
+    is read to its end).
     """
     consumer = Consumer(
         quiet_config(
@@ -54,6 +61,8 @@ def read_partition(
                 error = message.error()
                 if error is None:
                     yield message
+                    if idle:
+                        deadline = time.monotonic() + timeout_s
                 elif error.code() == KafkaError._PARTITION_EOF:
                     return
                 else:
@@ -63,8 +72,9 @@ def read_partition(
                     )
     finally:
         consumer.close()
+    within = f"with no record for {timeout_s:g} s" if idle else f"within {timeout_s:g} s"
     raise KafkaUnavailableError(
-        f"reading {topic}[{partition}] did not reach its end within {timeout_s:g} s.",
+        f"reading {topic}[{partition}] did not reach its end {within}.",
         "check that the brokers are healthy, then run the command again.",
     )
 

@@ -193,13 +193,24 @@ def write_steps(path: Path, steps: Iterable[Step]) -> int:
 
 
 def read_steps(path: Path) -> Iterator[Step]:
-    """The steps of a corpus file; `ReplayLogError` naming the line of the first bad one."""
+    """The steps of a corpus file; `ReplayLogError` naming the line of the first bad one, and
+    for a file that is not UTF-8 or holds no step (nothing replayed is not "identical")."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ReplayLogError(
             f"cannot read {path}: {exc.strerror or exc}.", "pass an existing corpus file."
         ) from exc
+    except UnicodeDecodeError as exc:
+        raise ReplayLogError(
+            f"{path} is not UTF-8 text (byte {exc.start}): not a corpus file.",
+            "pass a corpus file written by python -m tools.gen_replay_corpus (JSON lines).",
+        ) from exc
+    if not text.strip():
+        raise ReplayLogError(
+            f"{path} holds no replay step: there is nothing to verify.",
+            "pass a corpus file written by python -m tools.gen_replay_corpus (JSON lines).",
+        )
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue

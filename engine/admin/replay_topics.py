@@ -5,19 +5,22 @@ order the engine folded in: consecutive decisions with one `source` header are o
 input a `topic/partition/offset` source names is then read from its input topic and decoded
 exactly as the engine does (`runtime.ingest.Ingest`). The fold starts from empty states, so the
 range is always whole partitions from their first offset: every session's history must still be
-in the input topics (their retention), or the replay stops and says which offset is gone.
+in the decisions and input topics (their retention). A partition whose first records were
+deleted (low watermark above 0) is refused before anything is folded, since folding what is
+left from empty states would report differences that are only the missing head.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from confluent_kafka import Message
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
-from engine.admin.brokers import DEFAULT_TIMEOUT_S, require_topics
+from engine.admin.brokers import DEFAULT_TIMEOUT_S, quiet_config, require_topics
 from engine.admin.explain import READ_TIMEOUT_S, read_partition
 from engine.admin.replay import ReplayLogError, ReplaySourceError, Step, parse_watermark
 from engine.core.events import Decision
+from engine.errors import KafkaUnavailableError
 from engine.runtime.intake.ingest import Ingest, Rejected
 from engine.settings import Settings
 from engine.wire import Codec, DecodeError, RecordType
@@ -47,8 +50,10 @@ def partitions_to_replay(
 def replay_steps(
     settings: Settings, partition: int, partition_count: int, read_timeout_s: float = READ_TIMEOUT_S
 ) -> Iterator[Step]:
-    """The steps of one partition, in the engine's fold order."""
+    """The steps of one partition, in the engine's fold order. ``read_timeout_s`` bounds the
+    wait for the next record of a read (an idle deadline), not a whole read."""
     codec = Codec()
+    require_whole_history(settings, partition, read_timeout_s)
     groups = _decision_groups(settings, codec, partition, read_timeout_s)
     wanted: dict[str, set[int]] = {}
     for source, _ in groups:
@@ -62,7 +67,7 @@ def replay_steps(
                 f"a decision names {topic!r} as its source, not one of the input topics.",
                 "check --topic-prefix: it must be the engine's.",
             )
-        for message in read_partition(settings, topic, partition, read_timeout_s):
+        for message in read_partition(settings, topic, partition, read_timeout_s, idle=True):
             offset = message.offset() or 0
             if offset in offsets:
                 inputs[topic, offset] = message
@@ -90,13 +95,40 @@ def replay_steps(
         yield Step(source, session_id, decisions, event=event, position=offset)
 
 
+def require_whole_history(settings: Settings, partition: int, timeout_s: float) -> None:
+    """`ReplayLogError` when the decisions or an input partition no longer starts at offset 0."""
+    topics = settings.topics
+    consumer = Consumer(quiet_config(settings, **{"group.id": "reconciler-replay-offsets"}))
+    try:
+        for topic in (topics.decisions, *topics.inputs):
+            try:
+                low, _ = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=timeout_s
+                )
+            except KafkaException as exc:
+                raise KafkaUnavailableError(
+                    f"the first offset of {topic}[{partition}] is unknown: {exc}.",
+                    "check that the brokers are healthy, then run the command again.",
+                ) from exc
+            if low > 0:
+                raise ReplayLogError(
+                    f"{topic}[{partition}]: history truncated at offset {low} (retention "
+                    "deleted the records before it); a replay folds from offset 0 and cannot "
+                    "verify this partition.",
+                    "verify only partitions whose topics keep every record (retention.ms=-1 "
+                    "on the decisions and input topics), or verify a corpus file (--inputs).",
+                )
+    finally:
+        consumer.close()
+
+
 def _decision_groups(
     settings: Settings, codec: Codec, partition: int, read_timeout_s: float
 ) -> list[tuple[str, list[Decision]]]:
     """Consecutive decisions of one source (and, for a sweep, of one session)."""
     groups: list[tuple[str, list[Decision]]] = []
     topic = settings.topics.decisions
-    for message in read_partition(settings, topic, partition, read_timeout_s):
+    for message in read_partition(settings, topic, partition, read_timeout_s, idle=True):
         where = f"{topic}/{partition}/{message.offset()}"
         headers = dict(message.headers() or [])
         raw = headers.get(SOURCE_HEADER)

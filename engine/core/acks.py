@@ -112,10 +112,11 @@ def fold_ack(
 def tail_lost_batch(slot: IntentSlot, event: AckEvent) -> bool:
     """A store COMMITTED ack whose observed tail does not end with the intent's batch.
 
-    The store reads its tail after the append (or in its outbox/CDC pass), in the appended form
-    of its items (SPEC.md §4, Ack ``observed_tail``): a tail that does not end with the batch's
-    digests means someone else rewrote, removed or appended after the batch before the store
-    looked. Only the batch is compared: ``before`` was read by the runner in the stored form,
+    The store reads its tail as of the append's own transaction (an outbox row written with the
+    append, or CDC at that change), in the appended form of its items (SPEC.md §6 "Store acks"),
+    so an honest tail ends with the batch whatever the runner appended since: a tail that does
+    not means the append committed something other than the batch, or another writer's rows
+    landed in it. Only the batch is compared: ``before`` was read by the runner in the stored form,
     which a backend that rewrites items (``items_digest_stable`` false) digests differently.
     On such a backend this is the only evidence of a foreign rewrite, since a resume's tail can
     be compared by ``before`` and length only (`reconcile._tail_ends_with_batch`).

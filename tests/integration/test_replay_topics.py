@@ -1,13 +1,15 @@
 """`reconciler replay --verify` against real topics: what a running engine published replays
 identically with the current core, and a decision the core would not give is the first
-difference, named by its input's topic, partition, offset, session and event id."""
+difference, named by its input's topic, partition, offset, session and event id; a partition
+whose head retention deleted is refused (exit 2), not folded from the middle."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from msgspec.structs import replace
 
 from engine.cli import main
@@ -110,3 +112,15 @@ def test_replay_verifies_what_the_engine_published_and_names_a_forged_answer(
     assert code == 1
     assert f"at {source} (session {failed}, input {again.event_id}): decision 1 of 1" in err
     assert "the current core gives" in err
+
+    # Retention deleted the head of partition 0's decisions: folding the rest from empty states
+    # would report differences that are only the missing head, so the replay refuses.
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    head = TopicPartition(settings.topics.decisions, 0, 1)
+    for future in admin.delete_records([head], request_timeout=30).values():
+        future.result(timeout=30)
+    code = main(["replay", "--verify", *common, "--partition", "0"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"{settings.topics.decisions}[0]: history truncated at offset 1" in err
+    assert "retention.ms=-1" in err

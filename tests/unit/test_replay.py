@@ -139,3 +139,47 @@ def test_a_malformed_line_names_its_number_and_exits_2(
     assert main(["replay", "--verify", "--inputs", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}, line 2: not a replay step (KeyError" in err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\xff\xfe not text\n", "is not UTF-8 text (byte 0)"),
+        (b"", "holds no replay step"),
+        (b"\n  \n", "holds no replay step"),
+    ],
+)
+def test_a_file_not_utf8_or_without_steps_exits_2_with_a_message(
+    content: bytes, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(content)
+    assert main(["replay", "--verify", "--inputs", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert "all identical" not in captured.out
+
+
+def test_the_timeout_bounds_each_read_as_an_idle_deadline(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--timeout reaches every read of the topics, as a deadline for the next record; --help
+    says so. (The reads themselves run against Kafka in tests/integration.)"""
+    import engine.admin.replay_topics as replay_topics
+
+    reads: list[tuple[str, float, bool]] = []
+
+    def no_records(
+        _settings: object, topic: str, _partition: int, timeout_s: float, *, idle: bool = False
+    ) -> list[object]:
+        reads.append((topic, timeout_s, idle))
+        return []
+
+    monkeypatch.setattr(replay_topics, "partitions_to_replay", lambda *_: ([0], 1))
+    monkeypatch.setattr(replay_topics, "require_whole_history", lambda *_: None)
+    monkeypatch.setattr(replay_topics, "read_partition", no_records)
+    assert main(["replay", "--verify", "--topic-prefix", "t.", "--timeout", "7"]) == 0
+    assert reads == [("t.decisions", 7.0, True)]
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    assert "no new record for" in " ".join(capsys.readouterr().out.split())

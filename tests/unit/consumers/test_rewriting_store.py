@@ -21,7 +21,9 @@ from tests.unit.consumers.sdk_world import (
 )
 
 
-def _resume_after_store_ack(tmp_path: Path, *, rewrite: bool) -> tuple[Decision, ResumeOutcome]:
+def _resume_after_store_ack(
+    tmp_path: Path, *, rewrite: bool, next_batch: bool = False
+) -> tuple[Decision, ResumeOutcome]:
     world = fold_world(tmp_path)
     engine = world.fold_engine
     assert engine is not None
@@ -34,13 +36,16 @@ def _resume_after_store_ack(tmp_path: Path, *, rewrite: bool) -> tuple[Decision,
         )
         assert session.binding.items_digest_stable is False
         agent, state = await park_for_approval(session, Effects(), 7)
+        if rewrite:  # another writer's trigger rewrites the batch's last row in its transaction
+            store.rewrite_in_append = {"role": "assistant", "content": "rewritten by someone else"}
         # The batch lands, the runner's own ack is lost (UNKNOWN): only the store knows.
         checkpoint = await crash_on_resumed_append(session, agent, state, "after")
         intent_id = session.open_intent_id
         assert intent_id is not None
-        if rewrite:
-            store.rewrite_last({"role": "assistant", "content": "rewritten by someone else"})
-        ack = store.commit_ack(intent_id, wall_clock_ms())
+        appends = len(store.appends)
+        if next_batch:  # the runner's next batch lands before the outbox publishes the ack
+            await store.add_items([{"role": "user", "content": "the next batch"}])
+        ack = store.commit_ack(intent_id, wall_clock_ms(), append=appends - 1)
         (ack_answer,) = engine.feed(ack)
         restored = ReconciledSession(
             RewritingStore(sid, tmp_path / f"{sid}.db"),
@@ -74,3 +79,16 @@ def test_an_intact_batch_on_the_rewriting_backend_is_still_do_not_replay(tmp_pat
     assert (ack_answer.reason, ack_answer.alert) == (Reason.ACCEPTED, False)
     assert isinstance(outcome, ContinueWithoutReplay)
     assert outcome.reason is Reason.COMMITTED_BY_STORE
+
+
+def test_the_store_acks_tail_is_the_appends_not_the_sessions_when_published(
+    tmp_path: Path,
+) -> None:
+    """An honest store whose outbox publishes after the runner appended its next batch: the
+    ack's tail ends at the acked batch (as of its transaction), so it is not HISTORY_CHANGED."""
+    ack_answer, _ = _resume_after_store_ack(tmp_path, rewrite=False, next_batch=True)
+    assert (ack_answer.verdict, ack_answer.reason, ack_answer.alert) == (
+        Verdict.RECORDED,
+        Reason.ACCEPTED,
+        False,
+    )

@@ -262,7 +262,14 @@ class World:
         )
         return answers[0]
 
-    def _ack(self, runner: Runner, intent_id: str, outcome: AckOutcome, source: AckSource) -> None:
+    def _ack(
+        self,
+        runner: Runner,
+        intent_id: str,
+        outcome: AckOutcome,
+        source: AckSource,
+        observed_tail: list[str] | None = None,
+    ) -> None:
         self.publish(
             Topic.ACKS,
             AckEvent(
@@ -274,6 +281,7 @@ class World:
                 outcome=outcome,
                 source=source,
                 fence_token=runner.fence,
+                observed_tail=observed_tail,
             ),
         )
 
@@ -314,8 +322,9 @@ class World:
             self._ack(runner, intent_id, AckOutcome.UNKNOWN, AckSource.RUNNER)
             return False
         self._land(k, items)
-        if self.store_acks:
-            self._ack(runner, intent_id, AckOutcome.COMMITTED, AckSource.STORE)
+        if self.store_acks:  # the tail as of the append's transaction (SPEC.md §6)
+            tail = self.tail(min(len(items) + 1, len(self.store)))
+            self._ack(runner, intent_id, AckOutcome.COMMITTED, AckSource.STORE, tail)
         if fault in (Fault.LOST_ACK, Fault.PARTIAL):
             return False
         if fault is Fault.UNKNOWN_LANDED:

@@ -1,4 +1,4 @@
-"""`final` as SPEC.md defines it, against the engine's answers for every verdict and reason.
+"""`final` as SPEC.md defines it, against every decision the lifecycle model makes the fold give.
 
 SPEC.md §4 (and the decision schema's doc) defines `final`: "False for a deferred answer that a
 later decision replaces." A later decision replaces an answer when it answers the same input

@@ -11,12 +11,25 @@ from engine.core.events import (
     AckSource,
     Binding,
     Decision,
+    Event,
     Reason,
+    RepairResolution,
     RunnerAction,
     Verdict,
 )
+from engine.core.fold import fold
 from engine.core.state import Health
-from tests.unit.core.builders import BINDING, ack, d, fold_all, intent, msg, record, resume
+from tests.unit.core.builders import (
+    BINDING,
+    ack,
+    d,
+    fold_all,
+    intent,
+    msg,
+    record,
+    repair,
+    resume,
+)
 
 BEFORE = [msg("hello")]
 BATCH = [msg("a"), msg("b")]
@@ -65,10 +78,42 @@ def test_a_store_tail_without_the_batch_is_history_changed_with_one_alert() -> N
 
 
 def test_the_session_stays_ambiguous_with_the_reason_until_a_repair() -> None:
-    state, _ = fold_all(
-        [intent("e1", BATCH, BEFORE, binding=UNSTABLE), store_ack([msg("other"), *BATCH[:1]])]
-    )
+    events: list[Event] = [
+        intent("e1", BATCH, BEFORE, binding=UNSTABLE),
+        store_ack([msg("other"), *BATCH[:1]]),
+    ]
+    state, _ = fold_all(events)
     assert (state.health, state.health_reason) == (Health.AMBIGUOUS, Reason.HISTORY_CHANGED)
+    blocked, decisions = fold_all(
+        [*events, resume("q1", record(BATCH, BEFORE), [*BEFORE, *BATCH], binding=UNSTABLE)]
+    )
+    assert blocked.health is Health.AMBIGUOUS
+    assert answers(decisions, "q1")[0].reason is Reason.SESSION_AMBIGUOUS
+    repaired, decisions = fold_all([*events, repair("r1", RepairResolution.ACCEPT_COMMITTED)])
+    assert answers(decisions, "r1")[0].verdict is Verdict.RECORDED
+    assert repaired.health is Health.CLEAR
+
+
+def test_a_tail_read_after_the_next_batch_is_not_the_appends_tail() -> None:
+    """SPEC.md §6: the tail is as of the append's transaction, so it ends at the batch. A tail
+    read when the ack is published, after the runner's next batch, does not: the core cannot
+    tell it from a foreign append, which is why a store must not send it."""
+    assert answers(run([*BEFORE, *BATCH]), "a1")[0].reason is Reason.ACCEPTED
+    assert answers(run([*BEFORE, *BATCH, msg("next")]), "a1")[0].reason is Reason.HISTORY_CHANGED
+
+
+def test_a_violated_session_stays_violated_on_a_bad_tail() -> None:
+    """The health only ever gets worse from an ack: a bad tail does not turn VIOLATED into
+    AMBIGUOUS, and the unchanged health raises no second alert."""
+    opened = fold(None, intent("e1", BATCH, BEFORE, binding=UNSTABLE), 0).state
+    violated = replace(opened, health=Health.VIOLATED, health_reason=Reason.LATE_APPEND)
+    result = fold(violated, store_ack([msg("other")]), 1)
+    (answer,) = result.decisions
+    assert (answer.reason, answer.alert) == (Reason.HISTORY_CHANGED, False)
+    assert (result.state.health, result.state.health_reason) == (
+        Health.VIOLATED,
+        Reason.LATE_APPEND,
+    )
 
 
 def test_a_digest_stable_backend_is_checked_the_same_way() -> None:
