@@ -79,7 +79,9 @@ def test_a_child_whose_supervisor_already_died_exits_at_start() -> None:
 
 def test_without_the_variable_nothing_is_asked() -> None:
     env = {k: v for k, v in os.environ.items() if k != SUPERVISOR_ENV}
-    code = "from engine.runtime.process.supervisor import die_with_supervisor; die_with_supervisor()"
+    code = (
+        "from engine.runtime.process.supervisor import die_with_supervisor; die_with_supervisor()"
+    )
     child = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, timeout=30
     )
