@@ -362,6 +362,13 @@ class Cluster:
             if len(meta.isrs) < len(meta.replicas)
         ]
 
+    def recover(self) -> None:
+        """Every fault healed, every broker running, every partition's ISR full."""
+        self.faults.heal()
+        for node_id in self.node_ids:
+            self.start_node(node_id)
+        self.wait_in_sync()
+
     def wait_in_sync(self, timeout_s: float = ISR_TIMEOUT_S) -> float:
         """Wait until every replica of every partition is in its ISR; returns seconds waited."""
         started = time.monotonic()
