@@ -242,7 +242,8 @@ def test_isr_below_min_insync_replicas_stops_and_resumes(
             f"one broker back: decisions again {resumed:.1f}s after it answered "
             f"({back - starved:.0f}s after the starvation began)"
         )
-        assert run.readyz()[0] == 200
+        # The watch looks every 5 s: ready again within two looks of the ISR's return.
+        run.wait_until(lambda: run.readyz()[0] == 200, 15, "/readyz answering 200 again")
 
 
 @pytest.mark.timeout(300)
@@ -250,11 +251,12 @@ def test_200_ms_latency_on_every_broker_connection(
     cluster: Cluster, unique_name: str, tmp_path: Path
 ) -> None:
     """200 ms added to every answer of every broker to the engine, at the engine's default
-    commit interval and transaction timeout, under RATE inputs/s for 30 s.
+    commit interval and transaction timeout, under RATE inputs/s for 30 s. Reports decisions/s
+    and the p50/p99 of input-to-decision time (figures for the README, not bounds).
 
-    Would catch: a per-input round trip (throughput would fall to a few inputs/s), a deadline
-    below a few round trips (transactions aborted: the abort counter), and a commit that waits
-    on a fixed sleep per step (p99 far above a few round trips)."""
+    Would catch: a round trip per input or per small batch (decisions/s would fall far below
+    the input rate), and a deadline shorter than a few round trips (transactions aborted: the
+    abort counter)."""
     defaults = Settings.model_fields
     extra = {
         name: defaults[name].default
@@ -278,7 +280,6 @@ def test_200_ms_latency_on_every_broker_connection(
         )
         assert aborts == 0, f"{aborts:.0f} transactions aborted under 200 ms latency"
         assert rate >= 0.8 * RATE, f"only {rate:.0f} decisions/s under 200 ms latency"
-        assert p99 < 5.0, f"p99 input-to-decision {p99:.1f}s under 200 ms latency"
 
 
 @pytest.mark.timeout(300 + (PARTITION_S + 120) * PARTITIONS)
