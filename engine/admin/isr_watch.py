@@ -15,7 +15,6 @@ import threading
 import time
 from typing import Protocol
 
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -71,8 +70,11 @@ class IsrWatch:
         while not self._stop.wait(INTERVAL_S):
             try:
                 reason = self.check()
-            except KafkaException:
-                continue  # brokers unreachable: the loop's own errors say so
+            except Exception as exc:  # a timed-out future too: the watch must live on
+                # Brokers unreachable or a call timed out: look again at the next interval;
+                # the loop's own errors say what the engine meets meanwhile.
+                log.debug("ISR look failed: %s", exc)
+                continue
             if reason != self.metrics.writes_refused:
                 if reason:
                     log.error("writes refused by the brokers: %s", reason)
