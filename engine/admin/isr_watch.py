@@ -67,20 +67,24 @@ class IsrWatch:
         self._thread.join(timeout=CALL_TIMEOUT_S * 3)
 
     def _run(self) -> None:
-        while not self._stop.wait(INTERVAL_S):
+        # The first look at once: the topics' min.insync.replicas are read while the cluster is
+        # most likely whole, and kept if a later refresh fails.
+        while True:
             try:
                 reason = self.check()
             except Exception as exc:  # a timed-out future too: the watch must live on
                 # Brokers unreachable or a call timed out: look again at the next interval;
                 # the loop's own errors say what the engine meets meanwhile.
                 log.debug("ISR look failed: %s", exc)
-                continue
-            if reason != self.metrics.writes_refused:
-                if reason:
-                    log.error("writes refused by the brokers: %s", reason)
-                else:
-                    log.warning("the brokers take writes again: in-sync replicas restored")
-            self.metrics.writes_refused = reason
+            else:
+                if reason != self.metrics.writes_refused:
+                    if reason:
+                        log.error("writes refused by the brokers: %s", reason)
+                    else:
+                        log.warning("the brokers take writes again: in-sync replicas restored")
+                self.metrics.writes_refused = reason
+            if self._stop.wait(INTERVAL_S):
+                return
 
     def _read_min_isr(self) -> None:
         resources = [ConfigResource(ResourceType.TOPIC, topic) for topic in self.topics]
@@ -94,7 +98,13 @@ class IsrWatch:
     def check(self) -> str | None:
         """One look; the reason writes are refused, or None."""
         if time.monotonic() - self._configs_read > CONFIG_REFRESH_S:
-            self._read_min_isr()
+            try:
+                self._read_min_isr()
+            except Exception:
+                if not self.min_isr:
+                    raise  # nothing to compare with yet: this look fails
+                # a broker down may be the one asked: keep the values read before, ask later
+                self._configs_read = time.monotonic()
         metadata = self.admin.list_topics(timeout=CALL_TIMEOUT_S)
         starved: list[str] = []
         lagging = 0
