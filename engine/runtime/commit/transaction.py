@@ -32,11 +32,17 @@ T = TypeVar("T")
 
 CALL_TIMEOUT_S = 10.0
 """The timeout given to one librdkafka call; a retry gets what is left of the step's deadline."""
-OWN_BUDGET_MARGIN_S = 5.0
+OWN_BUDGET_MARGIN_S = 2.0
 """A call that librdkafka is known to hang past its own timeout (send_offsets with a retired
-coordinator handle: https://github.com/confluentinc/librdkafka/issues/5456) is cut by the
-watchdog this long after that timeout, not after the general budget (transaction timeout +
-margin, ~45 s)."""
+coordinator handle: https://github.com/confluentinc/librdkafka/issues/5456; with a coordinator
+dropped from metadata, which a broker restart or kill does on a cluster:
+https://github.com/confluentinc/librdkafka/issues/5511) is cut by the watchdog this long after
+that timeout, not after the general budget (transaction timeout + margin, ~45 s)."""
+SEND_OFFSETS_TIMEOUT_S = 3.0
+"""The timeout of a call with its own budget (send_offsets): a few round trips (under a second
+at 200 ms each); a slower one is retried within the step's deadline. Short, so the hang above
+is cut 5 s after the call began and a restarted engine decides again about 10 s after a broker
+restart (with 10 + 5 s, a rolling restart stalled decisions for 24.7 s)."""
 
 
 class ErrorClass(StrEnum):
@@ -148,13 +154,15 @@ class Transactions:
         own_budget: bool = False,
     ) -> T:
         """The one classified call: `fn(timeout_s)` under a watchdog guard, retried while
-        retriable and before `deadline`. With `own_budget` the guard's budget is the timeout
-        given plus `OWN_BUDGET_MARGIN_S`, not the general `budget_s`."""
+        retriable and before `deadline`. With `own_budget` the call's timeout is
+        `SEND_OFFSETS_TIMEOUT_S` and the guard's budget that plus `OWN_BUDGET_MARGIN_S`, not
+        the general `budget_s`."""
         deadline = deadline or time.monotonic() + STEP_DEADLINE_S
         attempt = 0
         while True:
             left = deadline - time.monotonic()
-            timeout_s = max(1.0, min(CALL_TIMEOUT_S, left))
+            call_timeout_s = SEND_OFFSETS_TIMEOUT_S if own_budget else CALL_TIMEOUT_S
+            timeout_s = max(1.0, min(call_timeout_s, left))
             budget_s = timeout_s + OWN_BUDGET_MARGIN_S if own_budget else self.budget_s
             try:
                 with self.watchdog.guard(step, budget_s, self.partitions):

@@ -24,8 +24,10 @@ def serve_health(metrics: EngineMetrics, port: int) -> ThreadingHTTPServer:
                 body = b"ok\n" if alive else b"no loop progress within the liveness timeout\n"
                 status, content_type = (200 if alive else 503), "text/plain"
             elif self.path == "/readyz":
-                ready = metrics.is_ready
-                body = b"ready\n" if ready else b"restoring or unassigned\n"
+                refused = metrics.writes_refused
+                ready = metrics.is_ready and refused is None
+                reason = f"not ready: {refused}\n".encode() if refused else None
+                body = b"ready\n" if ready else reason or b"restoring or unassigned\n"
                 status, content_type = (200 if ready else 503), "text/plain"
             else:
                 body, status, content_type = b"not found\n", 404, "text/plain"

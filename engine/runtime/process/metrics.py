@@ -132,6 +132,8 @@ class EngineMetrics:
         )
         self._zero_known_series()
         self.is_ready = False
+        # Why the brokers refuse the engine's writes, while they do (engine/admin/isr_watch.py).
+        self.writes_refused: str | None = None
         # /healthz: replaced by the engine with "the loop made progress recently".
         self.liveness: Callable[[], bool] = lambda: True
         self._last_lag = 0.0
