@@ -252,7 +252,8 @@ class Rollout:
         deadline = time.monotonic() + timeout_s
         owners: dict[str, set[int]] = {}
         while time.monotonic() < deadline:
-            with contextlib.suppress(KafkaException):  # the group is still forming
+            # the group or its coordinator is still forming: no answer, or not in time
+            with contextlib.suppress(KafkaException, TimeoutError):
                 owners = _owners(self.base)
             if set(owners) == set(self.procs) and all(owners.values()):
                 break
