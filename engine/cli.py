@@ -81,23 +81,49 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _topics_create(args: argparse.Namespace) -> int:
     from engine.admin.topics import create_topics
 
-    settings = _settings(args)
-    created = create_topics(settings)
+    settings = _topic_settings(args)
+    created = create_topics(settings, force=args.force)
     for name in created:
         print(f"created {name}")
     print(
         f"topics ready: {len(settings.topics.inputs)} inputs co-partitioned with "
         f"{settings.partitions} partitions, changelog compacted"
     )
-    return 0
+    return _print_cluster_report(settings)
 
 
 def _topics_verify(args: argparse.Namespace) -> int:
     from engine.admin.topics import verify_topics
 
-    verify_topics(_settings(args))
+    settings = _topic_settings(args)
+    verify_topics(settings)
     print("topics verified")
-    return 0
+    return _print_cluster_report(settings)
+
+
+def _topic_settings(args: argparse.Namespace) -> Settings:
+    return load_settings(
+        args.config,
+        bootstrap_servers=args.bootstrap_servers,
+        topic_prefix=args.topic_prefix,
+        partitions=args.partitions,
+        replication_factor=args.replication_factor,
+    )
+
+
+def _print_cluster_report(settings: Settings) -> int:
+    """Replication facts, then each problem on stderr; exit 1 when there is one."""
+    from engine.admin.topics import cluster_report
+
+    report = cluster_report(settings)
+    print(f"brokers: {report.brokers}")
+    for fact in report.facts:
+        print(fact)
+    shown = ", ".join(report.under_replicated[:10]) or "none"
+    print(f"under-replicated partitions: {len(report.under_replicated)} ({shown})")
+    for problem in report.problems:
+        print(f"reconciler: problem: {problem}", file=sys.stderr)
+    return 1 if report.problems else 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -254,7 +280,19 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         sub = topic_commands.add_parser(name, help=text)
         _add_common(sub)
+        sub.add_argument(
+            "--replication-factor",
+            type=int,
+            help="of the topics created (default: the cluster's default.replication.factor,"
+            " or RECONCILER_REPLICATION_FACTOR)",
+        )
         sub.set_defaults(handler=handler)
+        if name == "create":
+            sub.add_argument(
+                "--force",
+                action="store_true",
+                help="accept replication factor 1 on a cluster of several brokers",
+            )
     run = commands.add_parser(
         "run", help="run the engine in the foreground until SIGTERM, restarting it if it dies"
     )

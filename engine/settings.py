@@ -40,7 +40,9 @@ class Settings(BaseModel):
     bootstrap_servers: str = "127.0.0.1:9092"
     topic_prefix: str = Field(default=DEFAULT_PREFIX, pattern=r"^[A-Za-z0-9._-]*$")
     partitions: int = Field(default=6, ge=1, le=10_000)
-    replication_factor: int = Field(default=1, ge=1, le=10)
+    # Of the topics `reconciler topics create` makes. None: the cluster's
+    # default.replication.factor. 1 on a cluster of several brokers is refused unless forced.
+    replication_factor: int | None = Field(default=None, ge=1, le=10)
     group_id: str = "reconciler-engine"
     instance_id: str = Field(default="engine-0", min_length=1)
     state_dir: Path = Path("state")

@@ -3,6 +3,11 @@
 `make test` starts the broker and passes its address in RECONCILER_TEST_BOOTSTRAP. A plain
 `pytest` run without it starts a broker of its own (instance `pytest`) the first time a kafka test
 asks, and stops it at the end of the session. A failing kafka test prints the broker log tail.
+
+Tests marked `cluster` also get three brokers behind the fault proxy (tools/kafka_cluster.py):
+started once per session by the first test that asks, stopped at its end (or the running cluster
+named by RECONCILER_TEST_CLUSTER, left running). After each test every fault is healed, every
+stopped broker started again and the ISR full, so no test inherits another's fault.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from collections.abc import Generator, Iterator
 
 import pytest
 
-from tools import kafka_local
+from tools import kafka_cluster, kafka_local, toxiproxy
+
+CLUSTER_INSTANCE = "pytest-cluster"
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +47,29 @@ def kafka_instance(kafka_bootstrap: str) -> str:
     return os.environ.get("RECONCILER_TEST_INSTANCE", "pytest")
 
 
+@pytest.fixture(scope="session")
+def kafka_cluster_session() -> Iterator[kafka_cluster.Cluster]:
+    """The three-broker cluster of this pytest session (see the module docstring)."""
+    given = os.environ.get("RECONCILER_TEST_CLUSTER")
+    if given:
+        yield kafka_cluster.connect(given)
+        return
+    try:
+        cluster = kafka_cluster.start(CLUSTER_INSTANCE, fresh=True)
+    except (kafka_local.SetupError, toxiproxy.ProxyError) as exc:
+        pytest.fail(f"could not start the test cluster: {exc}")
+    yield cluster
+    kafka_cluster.stop(CLUSTER_INSTANCE)
+
+
+@pytest.fixture
+def cluster(kafka_cluster_session: kafka_cluster.Cluster) -> Iterator[kafka_cluster.Cluster]:
+    """The session's cluster, whole and healed before and after the test."""
+    kafka_cluster_session.recover()
+    yield kafka_cluster_session
+    kafka_cluster_session.recover()
+
+
 @pytest.fixture
 def unique_name(request: pytest.FixtureRequest) -> str:
     """A topic/group/transactional-id stem nobody else uses."""
@@ -54,4 +84,9 @@ def pytest_runtest_makereport(
     if report.failed and item.get_closest_marker("kafka") is not None:
         instance = os.environ.get("RECONCILER_TEST_INSTANCE", "pytest")
         report.sections.append(("kafka broker log", kafka_local.tail(instance, 40)))
+    if report.failed and item.get_closest_marker("cluster") is not None:
+        name = os.environ.get("RECONCILER_TEST_CLUSTER", CLUSTER_INSTANCE)
+        for node in (1, 2, 3):
+            tail = kafka_local.tail(kafka_cluster.node_instance(name, node), 15)
+            report.sections.append((f"cluster broker {node} log", tail))
     return report

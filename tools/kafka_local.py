@@ -10,6 +10,10 @@
     python tools/kafka_local.py start --secure [--instance NAME]   # SASL/SCRAM + ACLs
     python tools/kafka_local.py credentials [--instance NAME]   # principals of a secure broker
 
+    python tools/kafka_local.py start --nodes 3 [--instance NAME]   # three brokers behind a
+        # fault proxy (tools/kafka_cluster.py, which also has the per-node commands); `stop`,
+        # `status` and `bootstrap` of such an instance go to the cluster
+
 The broker's jars come from Maven Central (the dependency declaration is `tools/kafka/pom.xml`)
 into the per-version cache outside the clone (`~/.cache/reconciler/kafka-<version>/libs`, see
 tools/cache.py), only when missing, so every clone on the machine shares them. Each instance
@@ -470,7 +474,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--secure", action="store_true", help="SASL/SCRAM-SHA-512 listener with ACLs"
     )
+    parser.add_argument("--nodes", type=int, default=1, help="brokers (3: a cluster)")
     args = parser.parse_args(argv)
+    try:  # imported here: tools/kafka_cluster.py builds on this module
+        from tools import kafka_cluster
+    except ModuleNotFoundError:
+        import kafka_cluster  # type: ignore[import-not-found,no-redef]
+    if args.nodes > 1 or kafka_cluster.is_cluster(args.instance):
+        return kafka_cluster.main(argv if argv is not None else sys.argv[1:])
     try:
         if args.command == "start":
             start(args.instance, args.fresh, secure=args.secure)

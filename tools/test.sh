@@ -16,6 +16,10 @@ echo "== test-deploy"; "$VENV/bin/python" -m tools.deploy_check
 started=""
 cleanup() {
   if [[ -n "$started" ]]; then "$VENV/bin/python" tools/kafka_local.py stop --instance "$INSTANCE"; fi
+  # The three-broker cluster of the `cluster` tests: pytest stops it, unless pytest was killed.
+  if [[ -f .kafka/pytest-cluster/cluster.json ]]; then
+    "$VENV/bin/python" tools/kafka_cluster.py stop --instance pytest-cluster
+  fi
 }
 trap cleanup EXIT INT TERM
 
