@@ -18,39 +18,37 @@ What crosses versions, and what this checks of it:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, TopicPartition
 
-from engine.core.events import Binding, Decision, Event, ResumeEvent
+from engine.core.events import Event
 from engine.core.fold import fold
 from engine.core.state import SessionState
 from engine.runtime.state_codec import decode_state, encode_state
 from engine.settings import Settings
-from engine.wire import RecordType
 from tests.integration.engine_harness import (
-    CODEC,
     EngineProcess,
     engine_settings,
-    produce,
     read_decisions,
-    session_on,
     settings_env,
 )
 from tests.integration.exactly_once import assert_exactly_once, read_inputs, workload
+from tests.integration.group_probes import (
+    every_partition_answers,
+    runner_traffic,
+    wait_for_holders,
+)
 from tools import previous_release
 from tools.bench_fold import session_events
+from tools.kafka_cluster import Cluster
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
 
 READ = "read"
 REFUSED = "refused"
@@ -155,60 +153,8 @@ class ReleaseProcess(EngineProcess):
         return self
 
 
-def _owners(settings: Settings) -> dict[str, set[int]]:
-    """Static member id -> the partition numbers it holds, as the group coordinator sees it."""
-    admin = AdminClient(settings.client_config())
-    group = admin.describe_consumer_groups([settings.group_id])[settings.group_id].result(10)
-    return {
-        member.group_instance_id or member.member_id: {
-            tp.partition for tp in member.assignment.topic_partitions
-        }
-        for member in group.members
-    }
-
-
-def _probes(settings: Settings, tag: str) -> list[ResumeEvent]:
-    """One resume of a new session on every partition: each gets a final answer at once."""
-    return [
-        ResumeEvent(
-            event_id=sid,
-            session_id=sid,
-            event_time_ms=1,
-            runner_id="r",
-            checkpoint_id="c",
-            binding=Binding(backend_id="sqlite:upgrade", namespace="upgrade"),
-        )
-        for sid in (session_on(p, settings.partitions, tag) for p in range(settings.partitions))
-    ]
-
-
-def _answered(settings: Settings, ids: set[str], timeout_s: float) -> None:
-    reader = Consumer(
-        {
-            "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": f"reader-{time.time_ns()}",
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 10,
-        }
-    )
-    reader.subscribe([settings.topics.decisions])
-    left = set(ids)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while left and time.monotonic() < deadline:
-            for message in reader.consume(500, timeout=0.2):
-                if message.error() is None:
-                    decision = CODEC.decode(RecordType.DECISION, message.value() or b"")
-                    if isinstance(decision, Decision) and decision.final:
-                        left.discard(decision.in_reply_to)
-    finally:
-        reader.close()
-    assert not left, f"no final answer within {timeout_s:.0f} s to {sorted(left)}"
-
-
-def _end_offsets(settings: Settings) -> dict[tuple[str, int], int]:
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "unused"})
+def _end_offsets(bootstrap: str, settings: Settings) -> dict[tuple[str, int], int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
     try:
         return {
             (t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
@@ -221,9 +167,11 @@ def _end_offsets(settings: Settings) -> dict[tuple[str, int], int]:
 
 @dataclass
 class Rollout:
-    """The instances by static member id, the probes sent and what each step observed."""
+    """The instances by static member id (engines on `base`'s bootstrap, checks on `checks`),
+    the probes sent and what each step observed."""
 
     base: Settings
+    checks: str
     tmp: Path
     procs: dict[str, EngineProcess] = field(default_factory=dict)
     probes: list[Event] = field(default_factory=list)
@@ -247,24 +195,22 @@ class Rollout:
         self.replace_without_waiting(name, version, python)
         self.serving()
 
+    def replace_without_waiting(self, name: str, version: str, python: Path | None) -> None:
+        assert self.procs[name].terminate() == 0, f"{name} did not drain and exit 0"
+        self.start(name, version, python)
+
     def serving(self, timeout_s: float = 90) -> None:
         """Both members hold partitions and every partition answers a fresh probe."""
-        deadline = time.monotonic() + timeout_s
-        owners: dict[str, set[int]] = {}
-        while time.monotonic() < deadline:
-            # the group or its coordinator is still forming: no answer, or not in time
-            with contextlib.suppress(KafkaException, TimeoutError):
-                owners = _owners(self.base)
-            if set(owners) == set(self.procs) and all(owners.values()):
-                break
-            time.sleep(0.3)
-        shared = set(owners) == set(self.procs) and all(owners.values())
-        assert shared, f"after {self.steps[-1]} the group is {owners}: the versions do not share it"
-        self.owners = owners
-        probes = _probes(self.base, f"probe-{len(self.steps)}")
-        produce(self.base.bootstrap_servers, self.base, probes)
-        self.probes += probes
-        _answered(self.base, {p.event_id for p in probes}, timeout_s)
+        try:
+            _, self.owners = wait_for_holders(self.checks, self.base, set(self.procs), timeout_s)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"after {self.steps[-1]}: the versions do not share the group: {exc}"
+            ) from exc
+        sent, _ = every_partition_answers(
+            self.checks, self.base, f"probe-{len(self.steps)}", timeout_s
+        )
+        self.probes += sent
 
     def refused_rollback(self, name: str, python: Path, timeout_s: float = 60) -> None:
         """The previous release in `name`'s place refuses the state the current one wrote
@@ -277,41 +223,15 @@ class Rollout:
             time.sleep(0.2)
         self.replace(name, "current-again", None)
 
-    def replace_without_waiting(self, name: str, version: str, python: Path | None) -> None:
-        assert self.procs[name].terminate() == 0, f"{name} did not drain and exit 0"
-        self.start(name, version, python)
-
     def stop_all(self) -> None:
         for proc in self.procs.values():
             if proc.alive():
                 proc.kill_all()
 
 
-@contextlib.contextmanager
-def _live_traffic(settings: Settings, events: list[Event]) -> Iterator[threading.Event]:
-    """Runner traffic in small batches until the events run out or the returned flag is set."""
-    stop = threading.Event()
-
-    def load() -> None:
-        for start in range(0, len(events), 8):
-            if stop.is_set():
-                return
-            produce(settings.bootstrap_servers, settings, events[start : start + 8])
-            time.sleep(0.1)
-
-    loader = threading.Thread(target=load, name="runners", daemon=True)
-    loader.start()
-    try:
-        yield stop
-    finally:
-        stop.set()
-        loader.join(timeout=60)
-        assert not loader.is_alive(), "the runner traffic did not stop"
-
-
 @pytest.mark.timeout(900)  # a cold build of the previous release installs its dependencies
 def test_rolling_upgrade_and_rollback_under_traffic_keep_exactly_once(
-    kafka_bootstrap: str, unique_name: str, tmp_path: Path, previous_python: Path
+    cluster: Cluster, unique_name: str, tmp_path: Path, previous_python: Path
 ) -> None:
     """Two instances of the previous release serve runner traffic; each is replaced by the
     current build in turn; then one is rolled back. Every input is answered exactly once and
@@ -325,41 +245,39 @@ def test_rolling_upgrade_and_rollback_under_traffic_keep_exactly_once(
     refused instead of stopping (if the previous release refuses the current state format,
     the rolled-back instance must say so in its log and answer nothing from it)."""
     outcome, _ = _rollback_outcome(previous_python)
-    base = engine_settings(kafka_bootstrap, unique_name, tmp_path / "state")
-    events = workload(400, seed=6)
-    rollout = Rollout(base, tmp_path)
+    checks = cluster.direct_bootstrap
+    base = engine_settings(cluster.bootstrap, unique_name, tmp_path / "state")
+    events = workload(1_200, seed=6)
+    rollout = Rollout(base, checks, tmp_path)
     started = time.monotonic()
     try:
         rollout.start("a", "previous", previous_python)
         rollout.start("b", "previous", previous_python)
         rollout.serving()
-        with _live_traffic(base, events) as stop:
-            time.sleep(2)
+        with runner_traffic(checks, base, events) as sent:
+            time.sleep(3)
             rollout.replace("a", "current", None)
-            time.sleep(2)
+            time.sleep(3)
             rollout.replace("b", "current", None)
             time.sleep(2)
-            newer_b = _end_offsets(base)  # inputs from here on on b's partitions: new b's
-            time.sleep(2)
+            newer_b = _end_offsets(checks, base)  # inputs from here on on b's partitions: new b's
+            time.sleep(3)
             if outcome == READ:
                 rollout.replace("b", "rolled-back", previous_python)
             else:
                 rollout.refused_rollback("b", previous_python)
-            rolled_back = _end_offsets(base)  # inputs from here on on b's partitions: old b's
-            time.sleep(3)
-            stop.set()
-        produced = read_inputs(kafka_bootstrap, base)
-        seen = read_decisions(kafka_bootstrap, base, until=len(produced), timeout_s=120)
+            rolled_back = _end_offsets(checks, base)  # from here on on b's partitions: old b's
+            time.sleep(5)
+        produced = read_inputs(checks, base)
+        seen = read_decisions(checks, base, until=len(produced), timeout_s=120)
         for name, proc in rollout.procs.items():
             assert proc.terminate() == 0, f"{name} did not drain and exit 0"
     finally:
         rollout.stop_all()
     took = time.monotonic() - started
     print(f"rollout {' -> '.join(rollout.steps)}: {len(produced)} inputs in {took:.0f} s")
-    sent = {e.event_id for e in events}
-    answered_events = [e for e, _ in produced.values() if e.event_id in sent] + rollout.probes
-    assert len(produced) == len(answered_events)
-    assert_exactly_once(answered_events, seen, produced)
+    assert len(produced) == len(sent) + len(rollout.probes)
+    assert_exactly_once(sent + rollout.probes, seen, produced)
     if outcome == READ:
         _assert_state_crossed_back(produced, rollout.owners["b"], newer_b, rolled_back)
 
