@@ -247,7 +247,9 @@ def test_rolling_upgrade_and_rollback_under_traffic_keep_exactly_once(
     outcome, _ = _rollback_outcome(previous_python)
     checks = cluster.direct_bootstrap
     base = engine_settings(cluster.bootstrap, unique_name, tmp_path / "state")
-    events = workload(1_200, seed=6)
+    # More than the rollout needs at runner_traffic's 150 inputs/s (~50 s): traffic until the
+    # last step is done, and sessions spread wide enough that many span each step.
+    events = workload(3_000, seed=6)
     rollout = Rollout(base, checks, tmp_path)
     started = time.monotonic()
     try:
