@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
@@ -17,7 +17,21 @@ from confluent_kafka.admin import AdminClient
 from engine.core.events import Binding, Decision, Event, ResumeEvent
 from engine.settings import Settings
 from engine.wire import RecordType
-from tests.integration.engine_harness import CODEC, produce, session_on
+from tests.integration.engine_harness import CODEC, session_on
+
+Encode = Callable[[Event], bytes]
+"""How the runners write an input: the current schemas (`CODEC.encode`), or older versions."""
+
+
+def _producer(bootstrap: str) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "partitioner": "murmur2_random",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+        }
+    )
 
 
 def owners(bootstrap: str, group_id: str) -> dict[str, set[int]]:
@@ -67,13 +81,18 @@ def probes(settings: Settings, tag: str) -> list[Event]:
 
 
 def every_partition_answers(
-    bootstrap: str, settings: Settings, tag: str, timeout_s: float
+    bootstrap: str, settings: Settings, tag: str, timeout_s: float, encode: Encode = CODEC.encode
 ) -> tuple[list[Event], float]:
     """Sends `probes` and waits for their final answers (read_committed): the probes sent and
     the seconds it took; AssertionError after `timeout_s`."""
     sent = probes(settings, tag)
     started = time.monotonic()
-    produce(bootstrap, settings, sent)
+    producer = _producer(bootstrap)
+    for event in sent:
+        producer.produce(
+            settings.topics.topic_for(event), key=event.session_id.encode(), value=encode(event)
+        )
+    assert producer.flush(30) == 0, "probes not delivered within 30 s"
     reader = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -100,7 +119,11 @@ def every_partition_answers(
 
 @contextlib.contextmanager
 def runner_traffic(
-    bootstrap: str, settings: Settings, events: list[Event], per_second: float = 150
+    bootstrap: str,
+    settings: Settings,
+    events: list[Event],
+    per_second: float = 150,
+    encode: Encode = CODEC.encode,
 ) -> Iterator[list[Event]]:
     """`events` produced at about `per_second` until they run out or the block ends; yields
     the list of those handed over, complete once the block is left and every one delivered."""
@@ -109,14 +132,7 @@ def runner_traffic(
     stop = threading.Event()
 
     def load() -> None:
-        producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "partitioner": "murmur2_random",
-                "enable.idempotence": True,
-                "linger.ms": 5,
-            }
-        )
+        producer = _producer(bootstrap)
         started = time.monotonic()
         for n, event in enumerate(events):
             if stop.is_set():
@@ -128,7 +144,7 @@ def runner_traffic(
             producer.produce(
                 settings.topics.topic_for(event),
                 key=event.session_id.encode(),
-                value=CODEC.encode(event),
+                value=encode(event),
             )
             sent.append(event)
         if producer.flush(60) != 0:

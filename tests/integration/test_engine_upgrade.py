@@ -14,10 +14,15 @@ What crosses versions, and what this checks of it:
 * the consumer group protocol (assignor, static membership) and the transactional ids: both
   versions must share partitions and fence each other;
 * the committed offsets and their owner mark (engine/runtime/fencing.py).
+
+The runners are not upgraded meanwhile: their inputs are written in the schema versions the
+previous release writes (a release that adds an input version must be rolled out to the
+engines before the runners use it; the older engine dead-letters what it cannot read).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -27,12 +32,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from engine.core.events import Event
+from engine.core.events import AckEvent, Event, IntentEvent, ResumeEvent
 from engine.core.fold import fold
 from engine.core.state import SessionState
 from engine.runtime.state_codec import decode_state, encode_state
 from engine.settings import Settings
+from engine.wire import RecordType
 from tests.integration.engine_harness import (
+    CODEC,
     EngineProcess,
     engine_settings,
     read_decisions,
@@ -40,6 +47,7 @@ from tests.integration.engine_harness import (
 )
 from tests.integration.exactly_once import assert_exactly_once, read_inputs, workload
 from tests.integration.group_probes import (
+    Encode,
     every_partition_answers,
     runner_traffic,
     wait_for_holders,
@@ -67,6 +75,14 @@ for line in sys.stdin:
 """
 
 
+# Run by the previous release's python: the schema version it writes of each record type.
+CURRENT_VERSIONS = """
+import json
+from engine.wire.policy import POLICY
+print(json.dumps({record_type.value: policy.current for record_type, policy in POLICY.items()}))
+"""
+
+
 @pytest.fixture(scope="module")
 def previous_python() -> Path:
     """The previous release's interpreter. A release that cannot be built fails the test with
@@ -80,6 +96,27 @@ def previous_python() -> Path:
 def _release_env(env: dict[str, str]) -> dict[str, str]:
     """The environment of a previous-release process: nothing that would import this clone."""
     return {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
+def _as_previous_runners_write(python: Path) -> Encode:
+    """Inputs in the schema versions the previous release's runners write (and its engine
+    reads): during an engine upgrade the runners are not upgraded yet."""
+    done = subprocess.run(
+        [str(python), "-c", CURRENT_VERSIONS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=python.parents[2],
+        env=_release_env(dict(os.environ)),
+        check=True,
+    )
+    versions = {RecordType(name): version for name, version in json.loads(done.stdout).items()}
+    kinds = {
+        IntentEvent: RecordType.INTENT,
+        AckEvent: RecordType.ACK,
+        ResumeEvent: RecordType.RESUME,
+    }
+    return lambda event: CODEC.encode(event, version=versions[kinds[type(event)]])
 
 
 def _sample_states() -> list[SessionState]:
@@ -173,6 +210,7 @@ class Rollout:
     base: Settings
     checks: str
     tmp: Path
+    encode: Encode
     procs: dict[str, EngineProcess] = field(default_factory=dict)
     probes: list[Event] = field(default_factory=list)
     owners: dict[str, set[int]] = field(default_factory=dict)
@@ -208,7 +246,7 @@ class Rollout:
                 f"after {self.steps[-1]}: the versions do not share the group: {exc}"
             ) from exc
         sent, _ = every_partition_answers(
-            self.checks, self.base, f"probe-{len(self.steps)}", timeout_s
+            self.checks, self.base, f"probe-{len(self.steps)}", timeout_s, self.encode
         )
         self.probes += sent
 
@@ -250,13 +288,14 @@ def test_rolling_upgrade_and_rollback_under_traffic_keep_exactly_once(
     # More than the rollout needs at runner_traffic's 150 inputs/s (~50 s): traffic until the
     # last step is done, and sessions spread wide enough that many span each step.
     events = workload(3_000, seed=6)
-    rollout = Rollout(base, checks, tmp_path)
+    runners_write = _as_previous_runners_write(previous_python)
+    rollout = Rollout(base, checks, tmp_path, runners_write)
     started = time.monotonic()
     try:
         rollout.start("a", "previous", previous_python)
         rollout.start("b", "previous", previous_python)
         rollout.serving()
-        with runner_traffic(checks, base, events) as sent:
+        with runner_traffic(checks, base, events, encode=runners_write) as sent:
             time.sleep(3)
             rollout.replace("a", "current", None)
             time.sleep(3)
