@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-deploy test-fast lint typecheck broker-start broker-stop demo soak soak-core bench java-runner clean
+.PHONY: setup run test test-deploy test-fast lint typecheck broker-start broker-stop demo soak soak-cluster soak-core bench java-runner clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"' \
@@ -59,6 +59,16 @@ soak: setup
 	RECONCILER_SOAK_KILLS=$${KILLS:-100} RECONCILER_SOAK_RESTARTS=$${RESTARTS:-20} bash tools/test.sh \
 		-m kafka tests/integration/test_engine_crash.py \
 		"tests/integration/test_engine_resilience.py::test_broker_restart_under_load" -q -s
+
+## soak-cluster: the three-broker fault tests under load, looped (not part of make test): 20
+## kill -9s of the transaction coordinator, 5 rolling restarts, 10 partitions of the engine
+## from a broker's clients for 30 s, then the exactly-once check of each. KILLS=, ROLLS=,
+## PARTITIONS=, PARTITION_S=, RATE= (inputs/s) override.
+soak-cluster: setup
+	RECONCILER_CLUSTER_KILLS=$${KILLS:-20} RECONCILER_CLUSTER_ROLLS=$${ROLLS:-5} \
+	RECONCILER_CLUSTER_PARTITIONS=$${PARTITIONS:-10} RECONCILER_CLUSTER_PARTITION_S=$${PARTITION_S:-30} \
+	RECONCILER_CLUSTER_RATE=$${RATE:-1000} bash tools/test.sh -m cluster \
+		tests/integration/test_cluster_engine.py -k "kill_9 or rolling or partitioned" -q -s
 
 ## soak-core: the lifecycle property over 100,000 random examples (no broker; figures for the notes).
 soak-core: setup

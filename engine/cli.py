@@ -194,6 +194,7 @@ def _run_engine(settings: Settings) -> int:
     """The supervised child: the engine itself, under its watchdog."""
     import logging
 
+    from engine.admin.isr_watch import IsrWatch
     from engine.admin.topics import verify_topics
     from engine.runtime.collector import Collector
     from engine.runtime.engine import Engine
@@ -210,6 +211,7 @@ def _run_engine(settings: Settings) -> int:
     metrics = EngineMetrics()
     metrics.engine_restarts.inc(restarts_before())
     server = serve_health(metrics, settings.metrics_port) if settings.metrics_port else None
+    isr_watch = IsrWatch(settings, metrics).start()
     # The process's own collector policy; an Engine built in a test freezes nothing.
     engine = Engine(settings, metrics=metrics, watchdog=watchdog, collector=Collector())
     engine.install_signal_handlers()
@@ -217,6 +219,7 @@ def _run_engine(settings: Settings) -> int:
     try:
         engine.run()
     finally:
+        isr_watch.stop()
         watchdog.stop()
         if server is not None:
             server.shutdown()

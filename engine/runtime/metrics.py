@@ -136,6 +136,8 @@ class EngineMetrics:
         )
         self._zero_known_series()
         self.is_ready = False
+        # Why the brokers refuse the engine's writes, while they do (engine/admin/isr_watch.py).
+        self.writes_refused: str | None = None
         # /healthz: replaced by the engine with "the loop made progress recently".
         self.liveness: Callable[[], bool] = lambda: True
         self._last_lag = 0.0
@@ -288,8 +290,10 @@ def serve_health(metrics: EngineMetrics, port: int) -> ThreadingHTTPServer:
                 body = b"ok\n" if alive else b"no loop progress within the liveness timeout\n"
                 status, content_type = (200 if alive else 503), "text/plain"
             elif self.path == "/readyz":
-                ready = metrics.is_ready
-                body = b"ready\n" if ready else b"restoring or unassigned\n"
+                refused = metrics.writes_refused
+                ready = metrics.is_ready and refused is None
+                reason = f"not ready: {refused}\n".encode() if refused else None
+                body = b"ready\n" if ready else reason or b"restoring or unassigned\n"
                 status, content_type = (200 if ready else 503), "text/plain"
             else:
                 body, status, content_type = b"not found\n", 404, "text/plain"

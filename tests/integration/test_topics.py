@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from engine.admin.topics import create_topics, verify_topics
+from engine.admin.topics import cluster_report, create_topics, verify_topics
 from engine.cli import main
 from engine.errors import TopicLayoutError
 from engine.settings import load_settings
@@ -66,3 +66,21 @@ def test_cli_reports_layout_error_with_exit_1(
     )
     assert code == 1
     assert "Fix:" in capsys.readouterr().err
+
+
+def test_report_on_one_broker_and_a_transaction_timeout_above_the_brokers_maximum(
+    kafka_bootstrap: str, unique_name: str
+) -> None:
+    """Would catch: RF 1 flagged on a single broker (where it is all there is), and an engine
+    transaction timeout the brokers refuse (InitProducerId fails) going unreported."""
+    settings = load_settings(
+        environ={}, bootstrap_servers=kafka_bootstrap, topic_prefix=f"{unique_name}.", partitions=1
+    )
+    create_topics(settings)
+    report = cluster_report(settings)
+    assert report.brokers == 1
+    assert report.problems == []
+    assert "replication factor 1, min.insync.replicas 1" in report.facts[0]
+    too_long = settings.model_copy(update={"transaction_timeout_ms": 1_000_000})
+    (problem,) = cluster_report(too_long).problems
+    assert "transaction.max.timeout.ms (900000)" in problem

@@ -1,0 +1,315 @@
+"""The engine on three brokers (RF 3, min.insync.replicas 2) through the fault proxy, under a
+steady load, through broker faults: exactly-once (exactly_once.py) and time to decisions.
+
+The engine's clients go through the proxy (`cluster.bootstrap`); the load and the checks use
+the direct listener. Sizes: RECONCILER_CLUSTER_RATE inputs/s (default 1000), and per test
+RECONCILER_CLUSTER_KILLS, _ROLLS, _PARTITIONS faults (default 1 each) and
+RECONCILER_CLUSTER_PARTITION_S seconds per partition (default 15); `make soak-cluster` raises
+them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+
+from engine.settings import Settings
+from tests.integration.cluster_load import DecisionTimer, SteadyLoad, percentile
+from tests.integration.engine_harness import EngineProcess, engine_settings, read_decisions
+from tests.integration.exactly_once import assert_exactly_once, read_inputs, workload
+from tools.kafka_cluster import Cluster
+from tools.kafka_local import free_port
+
+pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
+
+RATE = float(os.environ.get("RECONCILER_CLUSTER_RATE", "1000"))
+KILLS = int(os.environ.get("RECONCILER_CLUSTER_KILLS", "1"))
+ROLLS = int(os.environ.get("RECONCILER_CLUSTER_ROLLS", "1"))
+PARTITIONS = int(os.environ.get("RECONCILER_CLUSTER_PARTITIONS", "1"))
+PARTITION_S = float(os.environ.get("RECONCILER_CLUSTER_PARTITION_S", "15"))
+EVENTS_PER_SESSION = 3.4  # workload(): intent, ack, one or two resumes, a tenth with an orphan
+DECIDING_AGAIN_S = 15.0
+WARM_UP_S = 90.0
+RESTART_S = 15.0  # the supervisor's restart: a new interpreter, join, restore, first commit
+
+
+@dataclass
+class Run:
+    """One engine under load on the cluster, and the clocks of what it decided."""
+
+    cluster: Cluster
+    settings: Settings
+    engine: EngineProcess
+    load: SteadyLoad
+    timer: DecisionTimer
+    metrics_port: int
+
+    def wait_until(self, check: Callable[[], bool], timeout_s: float, what: str) -> float:
+        started = time.monotonic()
+        while not check():
+            assert time.monotonic() - started < timeout_s, f"{what} not within {timeout_s:.0f}s"
+            time.sleep(0.1)
+        return time.monotonic() - started
+
+    def decided_since(self, since: float) -> int:
+        return sum(1 for t, _ in self.timer.timeline.arrivals if t >= since)
+
+    def wait_for_recovery(self, fault: float, timeout_s: float) -> float:
+        """Seconds from `fault` to the first decision of an input sent after it."""
+        deadline = time.monotonic() + timeout_s
+        while (found := self.timer.timeline.recovered_after(fault, self.load.sent)) is None:
+            assert time.monotonic() < deadline, f"no decisions within {timeout_s:.0f}s of a fault"
+            time.sleep(0.1)
+        return found
+
+    def readyz(self) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{self.metrics_port}/readyz"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def metric(self, name: str) -> float:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read().decode()
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and not line.startswith("#")
+        )
+
+
+@contextmanager
+def engine_under_load(
+    cluster: Cluster, name: str, tmp_path: Path, seconds: float, **extra: Any
+) -> Iterator[Run]:
+    """An engine on the proxied bootstrap, and inputs at RATE/s for up to `seconds` (the test
+    stops the load earlier when its scenario is over). After the block: the exactly-once check
+    of every input sent."""
+    port = free_port()
+    settings = engine_settings(
+        cluster.bootstrap, name, tmp_path / "state", metrics_port=port, **extra
+    )
+    events = workload(int(RATE * seconds / EVENTS_PER_SESSION) + 1, seed=hash(name) % 10_000)
+    timer = DecisionTimer(cluster.direct_bootstrap, settings)
+    load = SteadyLoad(cluster.direct_bootstrap, settings, events, RATE)
+    engine = EngineProcess(settings, tmp_path / "engine.log").start()
+    run = Run(cluster, settings, engine, load, timer, port)
+    timer.start()
+    load.start()
+    try:
+        run.wait_until(lambda: run.decided_since(0) > 0, WARM_UP_S, "a first decision")
+        yield run
+        sent = load.finish(timeout_s=240)
+        seen = read_decisions(cluster.direct_bootstrap, settings, until=len(sent), timeout_s=240)
+        assert engine.alive(), "the engine must come through the fault without a restart by hand"
+        assert engine.terminate() == 0
+    finally:
+        load.stopping.set()
+        timer.stop()
+        if engine.alive():
+            engine.kill_all()
+    assert_exactly_once(sent, seen, read_inputs(cluster.direct_bootstrap, settings))
+    print(f"{len(sent)} inputs answered exactly once")
+
+
+@pytest.mark.timeout(300 + 120 * KILLS)
+def test_kill_9_of_the_decisions_leader_and_transaction_coordinator(
+    cluster: Cluster, unique_name: str, tmp_path: Path
+) -> None:
+    """kill -9 the broker that is both the transaction coordinator and the leader of a
+    decisions partition, under RATE inputs/s; start it again once decisions flow.
+
+    Would catch: a transaction left open or aborted without a retry when its coordinator dies
+    (decisions lost or published twice), a producer that keeps the dead coordinator or leader
+    (no decisions within 15 s), and an engine that needs a restart by hand."""
+    with engine_under_load(cluster, unique_name, tmp_path, seconds=30 + 60 * KILLS) as run:
+        figures = []
+        for _round in range(KILLS):
+            time.sleep(3)
+            victim = cluster.transaction_coordinator()
+            decisions_leaders = cluster.leaders(run.settings.topics.decisions)
+            assert victim in decisions_leaders.values(), "the coordinator leads no decisions"
+            group_coordinator = cluster.leaders("__consumer_offsets")[0]
+            killed = time.monotonic()
+            cluster.kill(victim)
+            recovered = run.wait_for_recovery(killed, 60)
+            cluster.start_node(victim)
+            cluster.wait_in_sync()
+            stall = run.timer.timeline.stall(killed, time.monotonic())
+            figures.append((recovered, stall))
+            print(
+                f"kill -9 of node {victim} (group coordinator: node {group_coordinator}): "
+                f"decisions again {recovered:.1f}s after, "
+                f"longest stall {stall:.1f}s"
+            )
+        worst = max(r for r, _ in figures)
+        assert worst <= DECIDING_AGAIN_S, f"decisions again only {worst:.1f}s after a kill"
+        assert max(s for _, s in figures) <= DECIDING_AGAIN_S
+
+
+@pytest.mark.timeout(300 + 240 * ROLLS)
+def test_rolling_restart_of_every_broker(
+    cluster: Cluster, unique_name: str, tmp_path: Path
+) -> None:
+    """Restart brokers 1, 2, 3 one at a time (controlled shutdown, start, wait for a full ISR)
+    under load.
+
+    Would catch: an engine that stalls on a leader moving under an open transaction (a stall
+    over 15 s), a group or transaction coordinator move that fences or wedges it, and decisions
+    lost or doubled across the moves."""
+    with engine_under_load(cluster, unique_name, tmp_path, seconds=120 * ROLLS) as run:
+        started = time.monotonic()
+        for _round in range(ROLLS):
+            for node in cluster.node_ids:
+                cluster.restart(node)  # waits for every partition's ISR to be full again
+        time.sleep(3)
+        ended = time.monotonic()
+        stall = run.timer.timeline.stall(started, ended)
+        print(f"rolling restart: {ended - started:.0f}s, longest stall {stall:.1f}s")
+        assert stall <= DECIDING_AGAIN_S, f"no decision for {stall:.1f}s during the roll"
+
+
+def _set_min_isr(cluster: Cluster, topics: tuple[str, ...], value: int) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.direct_bootstrap})
+    resources = [
+        ConfigResource(
+            ResourceType.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry(
+                    "min.insync.replicas", str(value), incremental_operation=AlterConfigOpType.SET
+                )
+            ],
+        )
+        for topic in topics
+    ]
+    for future in admin.incremental_alter_configs(resources).values():
+        future.result(timeout=30)
+
+
+@pytest.mark.timeout(400)
+def test_isr_below_min_insync_replicas_stops_and_resumes(
+    cluster: Cluster, unique_name: str, tmp_path: Path
+) -> None:
+    """Two of the three brokers killed: every partition's ISR is one broker, below
+    min.insync.replicas=2, so the engine's writes are refused. The input topics get
+    min.insync.replicas=1 here, so runners keep publishing and the engine has inputs it cannot
+    answer; then one broker comes back.
+
+    Would catch: a decision made visible without two replicas (acks or min ISR not honoured),
+    an engine that gives up, loses or doubles inputs while its writes are refused, a /readyz
+    that stays "ready" with nothing decided, and an engine that needs a restart to resume."""
+    with engine_under_load(cluster, unique_name, tmp_path, seconds=90) as run:
+        _set_min_isr(cluster, run.settings.topics.inputs, 1)
+        time.sleep(3)
+        down = cluster.node_ids[:2]
+        starved = time.monotonic()
+        for node in down:
+            cluster.kill(node)
+        # Fenced after 6 s; what was in flight may still commit before that.
+        time.sleep(12)
+        quiet_from = time.monotonic()
+        time.sleep(10)
+        made = run.decided_since(quiet_from)
+        status, reason = run.readyz()
+        print(f"ISR starved: {made} decisions in 10 s; /readyz {status} {reason.strip()!r}")
+        assert made == 0, f"{made} decisions became visible with one broker in the ISR"
+        assert status == 503
+        assert "min.insync.replicas" in reason
+        back = time.monotonic()
+        cluster.start_node(down[0])
+        resumed = run.wait_for_recovery(back, 60)
+        print(
+            f"one broker back: decisions again {resumed:.1f}s after it answered "
+            f"({back - starved:.0f}s after the starvation began)"
+        )
+        assert run.readyz()[0] == 200
+
+
+@pytest.mark.timeout(300)
+def test_200_ms_latency_on_every_broker_connection(
+    cluster: Cluster, unique_name: str, tmp_path: Path
+) -> None:
+    """200 ms added to every answer of every broker to the engine, at the engine's default
+    commit interval and transaction timeout, under RATE inputs/s for 30 s.
+
+    Would catch: a per-input round trip (throughput would fall to a few inputs/s), a deadline
+    below a few round trips (transactions aborted: the abort counter), and a commit that waits
+    on a fixed sleep per step (p99 far above a few round trips)."""
+    defaults = Settings.model_fields
+    extra = {
+        name: defaults[name].default
+        for name in ("commit_interval_ms", "transaction_timeout_ms", "session_timeout_ms")
+    }
+    with engine_under_load(cluster, unique_name, tmp_path, seconds=50, **extra) as run:
+        time.sleep(5)
+        cluster.faults.latency(200)
+        start = time.monotonic()
+        time.sleep(30)
+        end = time.monotonic()
+        cluster.faults.heal()
+        decided = sum(1 for t, _ in run.timer.timeline.arrivals if start + 5 <= t <= end)
+        latencies = run.timer.timeline.latencies(run.load.sent, start + 5, end - 5)
+        aborts = run.metric("reconciler_transaction_aborts_total")
+        rate = decided / (end - start - 5)
+        p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
+        print(
+            f"200 ms latency: {rate:.0f} decisions/s for {RATE:.0f} inputs/s, "
+            f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, aborts {aborts:.0f}"
+        )
+        assert aborts == 0, f"{aborts:.0f} transactions aborted under 200 ms latency"
+        assert rate >= 0.8 * RATE, f"only {rate:.0f} decisions/s under 200 ms latency"
+        assert p99 < 5.0, f"p99 input-to-decision {p99:.1f}s under 200 ms latency"
+
+
+@pytest.mark.timeout(300 + (PARTITION_S + 120) * PARTITIONS)
+def test_partitioned_from_the_transaction_coordinator(
+    cluster: Cluster, unique_name: str, tmp_path: Path
+) -> None:
+    """The engine's connections to one broker (the transaction coordinator, which also leads a
+    decisions partition) go silent for PARTITION_S seconds: requests sent, nothing answered,
+    connections open. The broker stays in the cluster, so no leadership moves; then it heals.
+
+    Would catch: a request that waits on a silent connection with no deadline of ours (no
+    decisions after the heal), a transaction the broker aborted meanwhile being taken for
+    committed (lost or doubled decisions), and an engine that needs a restart by hand."""
+    with engine_under_load(
+        cluster, unique_name, tmp_path, seconds=30 + (PARTITION_S + 60) * PARTITIONS
+    ) as run:
+        # A call stuck on the silent connection is cut by the watchdog at the transaction
+        # timeout plus its margin from the call's start; then the supervisor's restart.
+        bound_s = run.settings.transaction_timeout_ms / 1000 + run.settings.watchdog_margin_s
+        bound_s += RESTART_S
+        for _round in range(PARTITIONS):
+            time.sleep(3)
+            victim = cluster.transaction_coordinator()
+            assert victim in cluster.leaders(run.settings.topics.decisions).values()
+            cluster.faults.partition(victim)
+            time.sleep(PARTITION_S)
+            cluster.faults.heal()
+            healed = time.monotonic()
+            resumed = run.wait_for_recovery(healed, bound_s + 30)
+            print(
+                f"{PARTITION_S:.0f}s partition from node {victim}: decisions again "
+                f"{resumed:.1f}s after the heal (bound {bound_s:.0f}s)"
+            )
+            assert resumed <= bound_s, f"decisions again only {resumed:.1f}s after the heal"
