@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from engine.core.events import Binding, Decision, Event, ResumeEvent
@@ -63,6 +63,43 @@ def wait_for_holders(
             return time.monotonic() - started, found
         time.sleep(0.2)
     raise AssertionError(f"after {timeout_s:.0f}s the group is {found}, not held by {sorted(want)}")
+
+
+def end_offsets(bootstrap: str, settings: Settings) -> dict[tuple[str, int], int]:
+    """The end offset of every input partition now: inputs at or past it are produced later."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        return {
+            (t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
+            for t in settings.topics.inputs
+            for p in range(settings.partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def sessions_carried(
+    inputs: dict[str, tuple[Event, int]],
+    partitions: set[int],
+    before: tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]],
+    after: dict[tuple[str, int], int],
+) -> set[str]:
+    """Sessions on `partitions` with an input produced in the window `before` (from, to) and
+    one produced from `after` on: state one owner wrote that the next one had to read.
+    `inputs` as `exactly_once.read_inputs` returns them."""
+    start, end = before
+    earlier: set[str] = set()
+    later: set[str] = set()
+    for source, (event, offset) in inputs.items():
+        topic, partition_text, _ = source.rsplit("/", 2)
+        tp = (topic, int(partition_text))
+        if tp[1] not in partitions:
+            continue
+        if start[tp] <= offset < end[tp]:
+            earlier.add(event.session_id)
+        elif offset >= after[tp]:
+            later.add(event.session_id)
+    return earlier & later
 
 
 def probes(settings: Settings, tag: str) -> list[Event]:

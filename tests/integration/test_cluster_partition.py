@@ -24,8 +24,10 @@ from tests.integration.engine_harness import (
 )
 from tests.integration.exactly_once import assert_exactly_once, read_inputs, workload
 from tests.integration.group_probes import (
+    end_offsets,
     every_partition_answers,
     runner_traffic,
+    sessions_carried,
     wait_for_holders,
 )
 from tools.kafka_cluster import Cluster
@@ -67,7 +69,9 @@ def test_an_engine_cut_off_from_every_broker_is_fenced_and_the_survivor_takes_ov
         }
     )
     cuts = [FIRST_CUT_S, 2 * base.session_timeout_ms / 1000]
-    events = workload(700, seed=4)
+    # More than ~75 s at runner_traffic's 150 inputs/s: traffic through both cuts and heals.
+    events = workload(3_600, seed=4)
+    windows: list[tuple[set[int], dict[tuple[str, int], int], dict[tuple[str, int], int]]] = []
     probes: list[Event] = []
     procs = [
         EngineProcess(victim, tmp_path / "victim.log").start(),
@@ -79,16 +83,19 @@ def test_an_engine_cut_off_from_every_broker_is_fenced_and_the_survivor_takes_ov
         wait_for_holders(direct, base, both, 90)
         with runner_traffic(direct, base, events) as sent:
             for n, cut_s in enumerate(cuts):
-                wait_for_holders(direct, base, both, REJOIN_S)
+                _, before = wait_for_holders(direct, base, both, REJOIN_S)
                 cut = time.monotonic()
                 cluster.faults.partition_all()
                 took_over, _ = wait_for_holders(direct, base, {"survivor"}, TAKE_OVER_S)
+                survivors_from = end_offsets(direct, base)
                 batch, answered = every_partition_answers(direct, base, f"cut-{n}", TAKE_OVER_S)
                 probes += batch
                 time.sleep(max(0.0, cut + cut_s - time.monotonic()))
                 cluster.faults.heal()
                 healed = time.monotonic()
-                rejoined, _ = wait_for_holders(direct, base, both, REJOIN_S)
+                rejoined, after = wait_for_holders(direct, base, both, REJOIN_S)
+                victims_from = end_offsets(direct, base)
+                windows.append((before["victim"] & after["victim"], survivors_from, victims_from))
                 batch, _ = every_partition_answers(direct, base, f"heal-{n}", REJOIN_S)
                 probes += batch
                 figures.append(
@@ -106,6 +113,10 @@ def test_an_engine_cut_off_from_every_broker_is_fenced_and_the_survivor_takes_ov
         for proc in procs:
             if proc.alive():
                 proc.kill_all()
+    for n, (partitions, survivors_from, victims_from) in enumerate(windows):
+        crossed = sessions_carried(inputs, partitions, (survivors_from, victims_from), victims_from)
+        figures[n] += f"; {len(crossed)} sessions carried from the survivor back to the victim"
+        assert crossed, f"cut {n}: no session changed by the survivor reached the victim again"
     print("\n".join(figures))
     assert len(inputs) == len(sent) + len(probes)
     assert_exactly_once(sent + probes, seen, inputs)

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from engine.core.events import AckEvent, Event, IntentEvent, ResumeEvent
 from engine.core.fold import fold
@@ -48,8 +47,10 @@ from tests.integration.engine_harness import (
 from tests.integration.exactly_once import assert_exactly_once, read_inputs, workload
 from tests.integration.group_probes import (
     Encode,
+    end_offsets,
     every_partition_answers,
     runner_traffic,
+    sessions_carried,
     wait_for_holders,
 )
 from tools import previous_release
@@ -190,18 +191,6 @@ class ReleaseProcess(EngineProcess):
         return self
 
 
-def _end_offsets(bootstrap: str, settings: Settings) -> dict[tuple[str, int], int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
-    try:
-        return {
-            (t, p): consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
-            for t in settings.topics.inputs
-            for p in range(settings.partitions)
-        }
-    finally:
-        consumer.close()
-
-
 @dataclass
 class Rollout:
     """The instances by static member id (engines on `base`'s bootstrap, checks on `checks`),
@@ -301,13 +290,13 @@ def test_rolling_upgrade_and_rollback_under_traffic_keep_exactly_once(
             time.sleep(3)
             rollout.replace("b", "current", None)
             time.sleep(2)
-            newer_b = _end_offsets(checks, base)  # inputs from here on on b's partitions: new b's
+            newer_b = end_offsets(checks, base)  # inputs from here on on b's partitions: new b's
             time.sleep(3)
             if outcome == READ:
                 rollout.replace("b", "rolled-back", previous_python)
             else:
                 rollout.refused_rollback("b", previous_python)
-            rolled_back = _end_offsets(checks, base)  # from here on on b's partitions: old b's
+            rolled_back = end_offsets(checks, base)  # from here on on b's partitions: old b's
             time.sleep(5)
         produced = read_inputs(checks, base)
         seen = read_decisions(checks, base, until=len(produced), timeout_s=120)
@@ -320,28 +309,8 @@ def test_rolling_upgrade_and_rollback_under_traffic_keep_exactly_once(
     assert len(produced) == len(sent) + len(rollout.probes)
     assert_exactly_once(sent + rollout.probes, seen, produced)
     if outcome == READ:
-        _assert_state_crossed_back(produced, rollout.owners["b"], newer_b, rolled_back)
-
-
-def _assert_state_crossed_back(
-    produced: dict[str, tuple[Event, int]],
-    rolled_back_partitions: set[int],
-    newer: dict[tuple[str, int], int],
-    rolled_back: dict[tuple[str, int], int],
-) -> None:
-    """Sessions the rolled-back instance folded on top of state the current build wrote
-    (an input after the rollback, and one the current build folded before it): without any,
-    the rollback tested nothing."""
-    before: set[str] = set()
-    after: set[str] = set()
-    for source, (event, offset) in produced.items():
-        topic, partition, _ = source.rsplit("/", 2)
-        if int(partition) not in rolled_back_partitions:
-            continue
-        if newer[(topic, int(partition))] <= offset < rolled_back[(topic, int(partition))]:
-            before.add(event.session_id)
-        elif offset >= rolled_back[(topic, int(partition))]:
-            after.add(event.session_id)
-    crossed = before & after
-    print(f"sessions carried from the current build into the rolled-back one: {len(crossed)}")
-    assert crossed, "no session's state crossed from the current build to the rolled-back one"
+        crossed = sessions_carried(
+            produced, rollout.owners["b"], (newer_b, rolled_back), rolled_back
+        )
+        print(f"sessions carried from the current build into the rolled-back one: {len(crossed)}")
+        assert crossed, "no session's state crossed from the current build to the rolled-back one"
