@@ -69,8 +69,8 @@ def test_an_engine_cut_off_from_every_broker_is_fenced_and_the_survivor_takes_ov
         }
     )
     cuts = [FIRST_CUT_S, 2 * base.session_timeout_ms / 1000]
-    # More than ~75 s at runner_traffic's 150 inputs/s: traffic through both cuts and heals.
-    events = workload(3_600, seed=4)
+    # More than ~100 s at runner_traffic's 150 inputs/s: traffic through both cuts and heals.
+    events = workload(4_500, seed=4)
     windows: list[tuple[set[int], dict[tuple[str, int], int], dict[tuple[str, int], int]]] = []
     probes: list[Event] = []
     procs = [
