@@ -67,7 +67,8 @@ soak: setup
 soak-cluster: setup
 	RECONCILER_CLUSTER_KILLS=$${KILLS:-20} RECONCILER_CLUSTER_ROLLS=$${ROLLS:-5} \
 	RECONCILER_CLUSTER_PARTITIONS=$${PARTITIONS:-10} RECONCILER_CLUSTER_PARTITION_S=$${PARTITION_S:-30} \
-	RECONCILER_CLUSTER_RATE=$${RATE:-1000} bash tools/test.sh -m cluster \
+	RECONCILER_CLUSTER_RATE=$${RATE:-1000} RECONCILER_CLUSTER_BACKGROUND_RATE=$${RATE:-1000} \
+	bash tools/test.sh -m cluster \
 		tests/integration/test_cluster_engine.py -k "kill_9 or rolling or partitioned" -q -s
 
 ## soak-core: the lifecycle property over 100,000 random examples (no broker; figures for the notes).

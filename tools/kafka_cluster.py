@@ -67,6 +67,10 @@ COMMON_SETTINGS = {
     "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT,CLIENT:PLAINTEXT",
     # Read by the controller: a broker silent this long is fenced and its leaderships move.
     "broker.session.timeout.ms": "6000",
+    # In KRaft the controller creates topics: a request without a replication factor gets
+    # the controller's default, so both kinds of node carry these.
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
 }
 BROKER_SETTINGS = {
     **{
@@ -78,8 +82,6 @@ BROKER_SETTINGS = {
     },
     "process.roles": "broker",
     "inter.broker.listener.name": "INTERNAL",
-    "default.replication.factor": "3",
-    "min.insync.replicas": "2",
     "offsets.topic.replication.factor": "3",
     "transaction.state.log.replication.factor": "3",
     "transaction.state.log.min.isr": "2",
@@ -295,9 +297,12 @@ class Cluster:
         return _alive(self.instance, node_id, self.info.node(node_id).pid)
 
     def kill(self, node_id: int) -> None:
-        """kill -9 one broker (no controlled shutdown: leaders move after the fencing timeout)."""
+        """kill -9 one broker (no controlled shutdown: leaders move after the fencing timeout).
+        Its proxy port closes too: a client then gets "connection refused" as from a dead
+        broker's host, not a connection the proxy accepts and drops."""
         node = self.info.node(node_id)
         _signal(self.instance, node_id, node.pid, signal.SIGKILL)
+        self.faults.refuse(node_id)
         _wait_gone(self.instance, node_id, node.pid, 10.0)
 
     def stop_node(self, node_id: int) -> None:
@@ -305,6 +310,7 @@ class Cluster:
         node = self.info.node(node_id)
         _signal(self.instance, node_id, node.pid, signal.SIGTERM)
         _wait_gone(self.instance, node_id, node.pid, local.STOP_TIMEOUT_S)
+        self.faults.refuse(node_id)
 
     def start_node(self, node_id: int) -> None:
         """Start a stopped broker on its ports with its data; returns once it serves metadata."""
@@ -313,6 +319,7 @@ class Cluster:
             return
         node.pid = _spawn(self.instance, node_id, BROKER_HEAP)
         write_info(self.info)
+        self.faults.accept(node_id)
         self._await_broker(node)
 
     def restart(self, node_id: int, wait_in_sync: bool = True) -> None:

@@ -181,6 +181,10 @@ class FaultProxy:
         """Connections to this broker are closed and new ones refused."""
         self._call("POST", f"/proxies/node-{node}", {"enabled": False})
 
+    def accept(self, node: int) -> None:
+        """Undo `refuse`: the broker's proxy listens again."""
+        self._call("POST", f"/proxies/node-{node}", {"enabled": True})
+
     def latency(self, ms: int, jitter_ms: int = 0) -> None:
         for name in self.names():
             self._toxic(name, "latency", "latency", "downstream", latency=ms, jitter=jitter_ms)

@@ -33,10 +33,16 @@ CALL_TIMEOUT_S = 10.0
 STEP_DEADLINE_S = 40.0
 """Steps 3-5 together, and any other transactional call with its retries: well under
 `max.poll.interval.ms` (60 s)."""
-OWN_BUDGET_MARGIN_S = 5.0
+OWN_BUDGET_MARGIN_S = 2.0
 """A call that librdkafka is known to hang past its own timeout (5456: send_offsets with a
-retired coordinator handle) is cut by the watchdog this long after that timeout, not after
-the general budget (transaction timeout + margin, ~45 s)."""
+retired coordinator handle; 5511: with a coordinator dropped from metadata, which a broker
+restart or kill does on a cluster) is cut by the watchdog this long after that timeout, not
+after the general budget (transaction timeout + margin, ~45 s)."""
+SEND_OFFSETS_TIMEOUT_S = 3.0
+"""send_offsets takes a few round trips (ms; under a second at 200 ms each); a slower one is
+retried within the step's deadline. Short, so the hang above is cut 5 s after the call began
+and the restarted engine decides again about 10 s after a broker restart (15 s before the
+budget of 10 + 5 s became 3 + 2: 24.7 s)."""
 
 
 class TxnStatus(StrEnum):
@@ -108,6 +114,7 @@ class Transaction:
         deadline: float | None = None,
         *,
         own_budget: bool = False,
+        call_timeout_s: float = CALL_TIMEOUT_S,
     ) -> T:
         """The one classified call: `fn(timeout_s)` under a watchdog guard, retried while
         retriable and before `deadline`. With `own_budget` the guard's budget is the timeout
@@ -116,7 +123,7 @@ class Transaction:
         attempt = 0
         while True:
             left = deadline - time.monotonic()
-            timeout_s = max(1.0, min(CALL_TIMEOUT_S, left))
+            timeout_s = max(1.0, min(call_timeout_s, left))
             budget_s = timeout_s + OWN_BUDGET_MARGIN_S if own_budget else self.budget_s
             try:
                 with self.watchdog.guard(step, budget_s, self.partitions):
@@ -219,6 +226,7 @@ class Transaction:
                 lambda t: self.producer.send_offsets_to_transaction(offsets, metadata, t),
                 deadline,
                 own_budget=True,
+                call_timeout_s=SEND_OFFSETS_TIMEOUT_S,
             )
         self.call(Step.COMMIT, lambda t: self.producer.commit_transaction(t), deadline)
         self.committed_at = time.monotonic()

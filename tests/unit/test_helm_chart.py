@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from engine.admin.isr_watch import IsrWatch
 from engine.cli import build_parser
 from engine.runtime import metrics as metrics_module
 from engine.runtime.metrics import EngineMetrics, serve_health
@@ -176,7 +177,9 @@ def test_values_the_engine_cannot_work_with_are_refused(args: list[str], message
 def _exported_metric_names() -> set[str]:
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
     names: set[str] = set()
-    for family in EngineMetrics().registry.collect():
+    metrics = EngineMetrics()
+    IsrWatch(load_settings(environ={}), metrics)  # its gauges go on the engine's registry
+    for family in metrics.registry.collect():
         names.update(family.name + suffix for suffix in suffixes[family.type])
     return names
 

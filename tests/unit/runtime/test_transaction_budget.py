@@ -8,7 +8,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from engine.runtime.transaction import CALL_TIMEOUT_S, OWN_BUDGET_MARGIN_S, Transaction
+from engine.runtime.transaction import OWN_BUDGET_MARGIN_S, SEND_OFFSETS_TIMEOUT_S, Transaction
 from engine.runtime.watchdog import Expired, Watchdog
 
 GENERAL_BUDGET_S = 45.0
@@ -56,12 +56,12 @@ def _commit_with_calls_lasting(elapsed_s: float) -> dict[str, tuple[float, Expir
     return producer.seen
 
 
-def test_send_offsets_is_cut_five_seconds_after_its_own_timeout() -> None:
-    own_budget = CALL_TIMEOUT_S + OWN_BUDGET_MARGIN_S
+def test_send_offsets_is_cut_soon_after_its_own_timeout() -> None:
+    own_budget = SEND_OFFSETS_TIMEOUT_S + OWN_BUDGET_MARGIN_S
     assert own_budget < GENERAL_BUDGET_S
     seen = _commit_with_calls_lasting(own_budget + 0.5)
     timeout, expired = seen["send_offsets"]
-    assert timeout == CALL_TIMEOUT_S
+    assert timeout == SEND_OFFSETS_TIMEOUT_S
     assert expired is not None
     assert (expired.step, expired.budget_s) == ("4 send_offsets", own_budget)
     # flush keeps the general budget: the same wait is not cut there
@@ -69,7 +69,7 @@ def test_send_offsets_is_cut_five_seconds_after_its_own_timeout() -> None:
 
 
 def test_send_offsets_within_its_own_budget_is_not_cut() -> None:
-    seen = _commit_with_calls_lasting(CALL_TIMEOUT_S + OWN_BUDGET_MARGIN_S - 0.5)
+    seen = _commit_with_calls_lasting(SEND_OFFSETS_TIMEOUT_S + OWN_BUDGET_MARGIN_S - 0.5)
     assert seen["send_offsets"][1] is None
 
 
