@@ -71,6 +71,9 @@ COMMON_SETTINGS = {
     # the controller's default, so both kinds of node carry these.
     "default.replication.factor": "3",
     "min.insync.replicas": "2",
+    # A restarted broker gets its preferred leaderships back within seconds (Kafka checks every
+    # 300 s), so every round of a fault test starts from the same, balanced leadership.
+    "leader.imbalance.check.interval.seconds": "5",
 }
 BROKER_SETTINGS = {
     **{
@@ -375,6 +378,27 @@ class Cluster:
         for node_id in self.node_ids:
             self.start_node(node_id)
         self.wait_in_sync()
+        self.wait_balanced()
+
+    def wait_balanced(self, timeout_s: float = ISR_TIMEOUT_S) -> None:
+        """Wait until every partition is led by its preferred (first) replica."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            metadata = _admin(self.direct_bootstrap).list_topics(timeout=5.0)
+            astray = [
+                f"{name}/{p}"
+                for name, topic in metadata.topics.items()
+                for p, meta in topic.partitions.items()
+                if meta.replicas and meta.leader != meta.replicas[0]
+            ]
+            if not astray:
+                return
+            if time.monotonic() > deadline:
+                raise local.SetupError(
+                    f"leadership not back on the preferred replicas after {timeout_s:.0f}s: "
+                    f"{', '.join(astray[:5])}. Fix: read the controller log."
+                )
+            time.sleep(0.5)
 
     def wait_in_sync(self, timeout_s: float = ISR_TIMEOUT_S) -> float:
         """Wait until every replica of every partition is in its ISR; returns seconds waited."""

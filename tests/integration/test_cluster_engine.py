@@ -165,6 +165,7 @@ def test_kill_9_of_the_decisions_leader_and_transaction_coordinator(
             recovered = run.wait_for_recovery(killed, 60)
             cluster.start_node(victim)
             cluster.wait_in_sync()
+            cluster.wait_balanced()  # the next round's victim leads a decisions partition again
             stall = run.timer.timeline.stall(killed, time.monotonic())
             figures.append((recovered, stall))
             print(
