@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from engine.core.events import Event
-from engine.runtime.fencing import transactional_id
+from engine.runtime.commit.fencing import transactional_id
 from tests.integration.engine_harness import (
     EngineProcess,
     engine_settings,

@@ -13,7 +13,7 @@ What crosses versions, and what this checks of it:
   it is for the release under test; the rollout test then holds the engine to that answer;
 * the consumer group protocol (assignor, static membership) and the transactional ids: both
   versions must share partitions and fence each other;
-* the committed offsets and their owner mark (engine/runtime/fencing.py).
+* the committed offsets and their owner mark (engine/runtime/commit/fencing.py).
 
 The runners are not upgraded meanwhile: their inputs are written in the schema versions the
 previous release writes (a release that adds an input version must be rolled out to the
@@ -34,7 +34,7 @@ import pytest
 from engine.core.events import AckEvent, Event, IntentEvent, ResumeEvent
 from engine.core.fold import fold
 from engine.core.state import SessionState
-from engine.runtime.state_codec import decode_state, encode_state
+from engine.runtime.tasks.state_codec import decode_state, encode_state
 from engine.settings import Settings
 from engine.wire import RecordType
 from tests.integration.engine_harness import (
