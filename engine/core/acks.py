@@ -93,12 +93,12 @@ def fold_ack(
                 # A v3 ack names its causes, and the old holder never learns of the grant
                 # that superseded it: the two are concurrent, so the answer is the one the
                 # ack gets folded before that grant (README "Causal order").
-                reason = REASON_ACCEPTED if event.causal is not None else refusal
+                answer_reason = REASON_ACCEPTED if event.causal is not None else refusal
                 if event.causal is not None:
                     why += "; kept as evidence of that attempt, the current one is untouched"
                 trail = make_trail((STEP_WHY, why))
                 return state, decide(
-                    state, event, VERDICT_RECORDED, reason, trail=trail, suffix=suffix
+                    state, event, VERDICT_RECORDED, answer_reason, trail=trail, suffix=suffix
                 )
             why = "ack from a runner without authority"
             return state, reject(state, event, refusal, why, suffix)

@@ -537,7 +537,9 @@ class World:
             return
         if answer.runner_action is RunnerAction.RELEASE_HELD:
             runner.held = k
-            runner.checkpoint = self._checkpoint(runner, record, k)  # the resumed run checkpoints again
+            runner.checkpoint = self._checkpoint(
+                runner, record, k
+            )  # the resumed run checkpoints again
             return
         if answer.runner_action is not RunnerAction.APPEND_ONCE:
             self.violations.append(f"grant with action {answer.runner_action}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
-from engine.core.events import AckOutcome, CausalContext, Cause, Verdict
+from engine.core.events import AckOutcome, CausalContext, Cause, Decision, Verdict
 from engine.core.fold import fold
 from engine.core.state import CAUSAL_WAIT_LIMIT, PARK_MS, PRODUCERS_LIMIT, Health, SessionState
 from engine.core.watermark import expire, park_deadline
@@ -23,7 +23,7 @@ def ctx(producer: str, seq: int, *after: tuple[str, int]) -> CausalContext:
     )
 
 
-def _answers(decisions: list) -> dict[str, tuple[str, str]]:  # type: ignore[type-arg]
+def _answers(decisions: list[Decision]) -> dict[str, tuple[str, str]]:
     return {d.in_reply_to: (d.verdict.value, d.reason.value) for d in decisions}
 
 
@@ -39,7 +39,8 @@ AFTER_ACK = replace(
 def test_a_resume_read_ahead_of_the_ack_it_names_waits_and_gets_the_time_order_answer() -> None:
     _, in_time = fold_all([REGISTER, ACKED, AFTER_ACK])
     _, ahead = fold_all([REGISTER, AFTER_ACK, ACKED])
-    assert ahead[1].verdict is Verdict.DEFERRED and ahead[1].decision_id == "e-q"
+    assert ahead[1].verdict is Verdict.DEFERRED
+    assert ahead[1].decision_id == "e-q"
     assert ahead[-1].decision_id == "e-q/final"
     assert _answers(ahead) == _answers(in_time)
     assert _answers(in_time)["e-q"] == ("CONTINUE", "NO_PENDING_WRITE")
@@ -50,7 +51,8 @@ def test_an_ack_read_ahead_of_its_own_intent_waits_for_it() -> None:
     state, ahead = fold_all([ACKED, REGISTER])
     assert (ahead[0].verdict, ahead[0].reason.value) == (Verdict.RECORDED, "PARKED")
     assert _answers(ahead) == _answers(in_time)
-    assert state.slot is not None and state.slot.committed_by_runner
+    assert state.slot is not None
+    assert state.slot.committed_by_runner
     assert state.causal_waiting == []
 
 
@@ -86,7 +88,8 @@ def test_an_input_whose_cause_never_arrives_is_folded_as_it_stands_at_the_waterm
     deadline = park_deadline(state)
     assert deadline == AFTER_ACK.event_time_ms + PARK_MS
     unchanged, none = expire(state, deadline - 1)
-    assert none == [] and unchanged == state
+    assert none == []
+    assert unchanged == state
     after, decisions = expire(state, deadline)
     assert after.causal_waiting == []
     # Folded as a v2 resume would be, with its final answer under the `/final` id.
@@ -97,14 +100,15 @@ def test_an_input_whose_cause_never_arrives_is_folded_as_it_stands_at_the_waterm
 def test_beyond_the_limit_the_oldest_waiting_input_is_folded_at_once() -> None:
     state: SessionState | None = fold(None, REGISTER, 0).state
     assert state is not None
-    decisions = []
+    decisions: list[Decision] = []
     for n in range(CAUSAL_WAIT_LIMIT + 1):
         waiting = replace(
             AFTER_ACK, event_id=f"q{n}", causal=ctx(f"r{n + 10}", 0, ("r1", 1)), runner_id=f"x{n}"
         )
         result = fold(state, waiting, n + 1)
         state, decisions = result.state, [*decisions, *result.decisions]
-    assert state is not None and len(state.causal_waiting) == CAUSAL_WAIT_LIMIT
+    assert state is not None
+    assert len(state.causal_waiting) == CAUSAL_WAIT_LIMIT
     assert [d.decision_id for d in decisions if d.in_reply_to == "q0"] == ["q0", "q0/final"]
 
 
@@ -114,7 +118,8 @@ def test_the_session_remembers_a_bounded_number_of_producers_the_quietest_forgot
         event = replace(REGISTER, event_id=f"e{n}", event_time_ms=1_000 + n, causal=ctx(f"p{n}", 0))
         state = fold(state, event, n).state
     names = [m.producer for m in state.producers]
-    assert len(names) == PRODUCERS_LIMIT and "p0" not in names
+    assert len(names) == PRODUCERS_LIMIT
+    assert "p0" not in names
     assert names == sorted(names)
 
 
@@ -139,11 +144,13 @@ def test_an_uncovered_append_is_answered_at_once_with_what_happened() -> None:
         True,
     )
     why = " ".join(entry.detail for entry in answer.trail)
-    assert "uncovered append" in why and "looks committed" in why
+    assert "uncovered append" in why
+    assert "looks committed" in why
     assert answer.operator_action is not None
     assert "without a pending record" in answer.operator_action
     assert "ACCEPT_COMMITTED" in answer.operator_action
-    assert state.health is Health.AMBIGUOUS and park_deadline(state) is None
+    assert state.health is Health.AMBIGUOUS
+    assert park_deadline(state) is None
 
 
 def test_an_uncovered_append_from_a_v2_client_still_waits_for_the_watermark() -> None:
