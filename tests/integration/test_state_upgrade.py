@@ -16,14 +16,17 @@ from engine.core.fold import replay
 from engine.core.state import SessionState
 from engine.runtime import task
 from engine.settings import Settings
-from engine.wire import SHIPPED_SCHEMAS, Codec, RecordType
+from engine.wire import POLICY, SHIPPED_SCHEMAS, Codec, RecordType
 from tests.integration.engine_harness import engine_settings, engine_thread, produce, read_decisions
 from tools.bench_fold import session_events
 
 pytestmark = pytest.mark.kafka
 
 SESSIONS = range(8)
-VERSION_OF = {SHIPPED_SCHEMAS.get(RecordType.SESSION_STATE, v).fingerprint: v for v in (1, 2, 3)}
+STATE_POLICY = POLICY[RecordType.SESSION_STATE]
+VERSION_OF = {
+    SHIPPED_SCHEMAS.get(RecordType.SESSION_STATE, v).fingerprint: v for v in STATE_POLICY.supported
+}
 
 
 def _changelog(bootstrap: str, settings: Settings) -> list[tuple[str, bytes]]:
@@ -90,7 +93,9 @@ def test_a_v2_changelog_restores_into_the_current_engine_which_writes_v3(
 
     after = _changelog(kafka_bootstrap, settings)
     versions = [VERSION_OF[value[2:10]] for _, value in after]
-    assert set(versions) == {2, 3}, "a mixed changelog: the old records stay until compaction"
+    assert set(versions) == {2, STATE_POLICY.current}, (
+        "a mixed changelog: the old records stay until compaction"
+    )
     latest = {key: value for key, value in after}
     assert {VERSION_OF[value[2:10]] for value in latest.values()} == {3}
     for key, value in after:  # every version in the topic reads, to a state of its own key
