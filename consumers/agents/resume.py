@@ -30,7 +30,7 @@ from consumers.errors import CheckpointError, ContinuationWithheldError, SdkChec
 from consumers.messages import tail_limit
 from consumers.outcomes import ResumeOutcome, Withheld
 from consumers.sdk_checkpoint import pending_record, read_pending_session_write
-from engine.core.events import PendingRecord
+from engine.core.events import Cause, PendingRecord
 
 
 def pending_of(checkpoint: Checkpoint, *, ignore_ids: bool) -> PendingRecord | None:
@@ -99,6 +99,7 @@ async def resume_from_checkpoint(
             observed_tail=tail,
             timeout_s=timeout_s,
             checkpoint_session_id=checkpoint.session_id,
+            after=[Cause(producer=c.producer, seq=c.seq) for c in checkpoint.after],
         )
     )
     await asyncio.to_thread(session.adopt, outcome, checkpoint)
