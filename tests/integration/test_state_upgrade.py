@@ -1,7 +1,8 @@
 """A rolling upgrade of the state format, on a real broker: an engine of the previous release
 (it writes session_state v2) fills the changelog; the current engine, starting on an empty state
 directory, restores from that v2 changelog alone and answers exactly as the pure fold does; its
-own changes are written as v3, so the partition then holds both versions side by side."""
+own changes are written in the current version, so the partition then holds both versions side
+by side."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def _changelog(bootstrap: str, settings: Settings) -> list[tuple[str, bytes]]:
     return records
 
 
-def test_a_v2_changelog_restores_into_the_current_engine_which_writes_v3(
+def test_a_v2_changelog_restores_into_the_current_engine_which_writes_the_current_version(
     kafka_bootstrap: str, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lifecycles = {n: session_events(n) for n in SESSIONS}
