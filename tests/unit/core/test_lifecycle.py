@@ -65,6 +65,17 @@ ops: st.SearchStrategy[Op] = st.one_of(
     st.builds(Settle, st.booleans()),
 )
 programs = st.tuples(st.lists(ops, min_size=1, max_size=8), st.booleans())
+# With causal context a re-arm names the failure it retries, so a retry in place after an
+# APPEND_ONCE grant is ordered in every merge: the v3 programs include it.
+causal_ops: st.SearchStrategy[Op] = st.one_of(
+    st.builds(Write, faults),
+    st.builds(Write, faults),
+    st.builds(ForeignWrite, st.sampled_from(list(Foreign))),
+    st.builds(Restore, st.sampled_from([1, 2]), faults),
+    st.just(Hold()),
+    st.builds(Settle, st.booleans()),
+)
+causal_programs = st.tuples(st.lists(causal_ops, min_size=1, max_size=8), st.booleans())
 
 Answer = tuple[str, str]
 
@@ -237,7 +248,7 @@ def differing_merges(world: World, rng: random.Random) -> list[str]:
 
 
 @LIFECYCLE
-@given(programs, st.randoms(use_true_random=False))
+@given(causal_programs, st.randoms(use_true_random=False))
 def test_lifecycle_v3_answers_and_end_state_do_not_depend_on_the_merge(
     program: tuple[list[Op], bool], rng: random.Random
 ) -> None:
