@@ -60,10 +60,11 @@ soak: setup
 		-m kafka tests/integration/test_engine_crash.py \
 		"tests/integration/test_engine_resilience.py::test_broker_restart_under_load" -q -s
 
-## soak-core: the lifecycle property over 100,000 random examples (no broker; figures for the notes).
+## soak-core: the lifecycle properties over 100,000 random examples each (no broker; figures for the
+## notes), the v3 one under six merges of the three topics per program. TEST= narrows it (-k).
 soak-core: setup
 	LIFECYCLE_SOAK=1 LIFECYCLE_EXAMPLES=$${EXAMPLES:-100000} $(VENV)/bin/pytest -q -p no:cacheprovider --timeout=0 \
-		--hypothesis-show-statistics tests/unit/core/test_lifecycle.py
+		--hypothesis-show-statistics tests/unit/core/test_lifecycle.py $${TEST:+-k $$TEST}
 
 ## bench: one table from one run (not a test): throughput of the raw EOS pipe, reconciler with 1
 ## and 2 processes and Quix Streams (same fold), rounds interleaved; latency; restore, RSS and
