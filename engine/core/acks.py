@@ -166,7 +166,10 @@ def ack_ready(state: SessionState, event: AckEvent) -> bool:
         return False
     slot = state.slot
     if slot is None or slot.intent_id != event.intent_id:
-        return event.intent_id == state.previous_intent_id
+        # A v3 ack follows its intent in its producer's chain, so that intent was folded
+        # (`causal.py`): an id the state no longer holds is a write superseded since, whose
+        # evidence changes nothing, however many intents superseded it.
+        return event.causal is not None or event.intent_id == state.previous_intent_id
     if awaits_rearm(state, event):
         return False
     return not (event.outcome is OUTCOME_COMMITTED and slot.status is SLOT_HELD)

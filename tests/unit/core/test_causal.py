@@ -8,11 +8,22 @@ from __future__ import annotations
 
 from msgspec.structs import replace
 
-from engine.core.events import AckOutcome, CausalContext, Cause, Decision, Verdict
+from engine.core.events import AckEvent, AckOutcome, CausalContext, Cause, Decision, Verdict
 from engine.core.fold import fold
 from engine.core.state import CAUSAL_WAIT_LIMIT, PARK_MS, PRODUCERS_LIMIT, Health, SessionState
 from engine.core.watermark import expire, park_deadline
 from tests.unit.core.builders import ack, fold_all, intent, msg, record, resume
+from tests.unit.core.lifecycle_model import (
+    Fault,
+    Hold,
+    Op,
+    Restore,
+    Settle,
+    Topic,
+    World,
+    Write,
+)
+from tests.unit.core.test_lifecycle import settled
 
 BATCH = [msg("a")]
 
@@ -161,3 +172,31 @@ def test_an_uncovered_append_from_a_v2_client_still_waits_for_the_watermark() ->
     assert decisions[-1].verdict is Verdict.DEFERRED
     _, final = expire(state, restored.event_time_ms + PARK_MS)
     assert final[0].reason.value == "INTENT_NEVER_ARRIVED"
+
+
+def test_the_old_holders_ack_read_after_its_intent_was_superseded_twice_is_still_accepted() -> None:
+    """Found by the soak: r1's UNKNOWN ack (after its last checkpoint) read after r2's resume,
+    HELD, DISCARD and next REGISTER. Its intent is no longer the slot's nor the previous one;
+    a v3 ack follows its intent in r1's chain, so it is a superseded write's, ACCEPTED as in
+    log order (it used to wait for that intent and end UNKNOWN_INTENT)."""
+    program: list[Op] = [
+        Write(Fault.OK),
+        Write(Fault.UNKNOWN_LANDED),
+        Restore(1, Fault.OK),
+        Hold(),
+        Settle(True),
+        Write(Fault.OK),
+    ]
+    world = World(store_acks=False, causal=True)
+    world.run(program)
+    by_id = {i.event.event_id: i for i in world.log}
+    intents_then_acks = [i for i in world.log if i.topic is not Topic.ACKS] + [
+        i for i in world.log if i.topic is Topic.ACKS
+    ]
+    assert [i.event.event_id for i in intents_then_acks][-3:] == ["a4", "a8", "a17"]
+    answers, state = settled(intents_then_acks)
+    assert (answers, state) == settled(world.log)
+    assert answers["a8"] == ("RECORDED", "ACCEPTED", "NONE")
+    ack_of_r1 = by_id["a8"].event
+    assert isinstance(ack_of_r1, AckEvent)
+    assert ack_of_r1.causal is not None
