@@ -151,14 +151,13 @@ def semantic_violation(model: Struct) -> str | None:
 def _causal_problem(context: CausalContext) -> str | None:
     if not context.producer.strip():
         return "causal.producer must not be empty"
-    for name, seq in (
-        ("causal.seq", context.seq),
-        *(("causal.after.seq", c.seq) for c in context.after),
-    ):
-        if not 0 <= seq <= MAX_SEQUENCE:
-            return f"{name} is {seq}, outside 0..{MAX_SEQUENCE}"
-    if any(not cause.producer.strip() for cause in context.after):
-        return "causal.after.producer must not be empty"
+    if not 0 <= context.seq <= MAX_SEQUENCE:
+        return f"causal.seq is {context.seq}, outside 0..{MAX_SEQUENCE}"
+    for cause in context.after:
+        if not 0 <= cause.seq <= MAX_SEQUENCE:
+            return f"causal.after.seq is {cause.seq}, outside 0..{MAX_SEQUENCE}"
+        if not cause.producer.strip():
+            return "causal.after.producer must not be empty"
     return None
 
 
