@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from msgspec.structs import replace
 
-from engine.core.events import AckOutcome, CausalContext, Cause
+from engine.core.events import AckEvent, AckOutcome, CausalContext, Cause, IntentEvent, ResumeEvent
 from engine.wire import Codec, DecodeError, DecodeReason, RecordType
 from engine.wire.validation import MAX_CAUSES
 from tests.unit.core.builders import ack, intent, msg, record, resume
@@ -14,7 +14,7 @@ from tests.unit.core.builders import ack, intent, msg, record, resume
 CONTEXT = CausalContext(
     producer="r2", seq=0, after=[Cause(producer="r1", seq=4), Cause(producer="store", seq=2)]
 )
-EVENTS = {
+EVENTS: dict[RecordType, IntentEvent | AckEvent | ResumeEvent] = {
     RecordType.INTENT: replace(intent("e1", [msg("a")], []), causal=CONTEXT),
     RecordType.ACK: replace(ack("e2", AckOutcome.COMMITTED), causal=CONTEXT),
     RecordType.RESUME: replace(resume("e3", record([msg("a")], []), []), causal=CONTEXT),
