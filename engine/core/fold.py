@@ -31,8 +31,20 @@ from collections.abc import Iterable
 
 from msgspec.structs import replace
 
-from engine.core import causal
 from engine.core.acks import ack_ready, fold_ack
+from engine.core.causal import (
+    answer_waiting_copy as answer_causal_copy,
+)
+from engine.core.causal import (
+    as_final,
+    event_of,
+    next_ready,
+    note,
+    overdue,
+    wait,
+    waits,
+    without,
+)
 from engine.core.decide import (
     ACTION_REPAIR,
     FoldResult,
@@ -101,7 +113,7 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
         if copy is not None:
             return FoldResult(state, (copy,))
     if state.causal_waiting:
-        copy = causal.answer_waiting_copy(state, event)
+        copy = answer_causal_copy(state, event)
         if copy is not None:
             return FoldResult(state, (copy,))
     if event.event_id in state.recent_event_ids or (
@@ -111,9 +123,9 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
         # grant again, never a second, different answer under the grant's decision id.
         return FoldResult(state, (_answer_duplicate(state, event),))
     remembered = _remember(state, event.event_id)
-    if causal.waits(remembered, event):
+    if waits(remembered, event):
         # A v3 input ahead of an event it names waits for it (`causal.py`).
-        waiting, answer, evicted = causal.wait(remembered, event, position)
+        waiting, answer, evicted = wait(remembered, event, position)
         waiting, released = _fold_released(waiting, evicted)
         return FoldResult(waiting, (answer, *released))
     new_state, decisions = _fold_now(remembered, event, position)
@@ -146,7 +158,7 @@ def _fold_now(
             grants=isinstance(event, ResumeEvent),
         )
     new_state, decisions = _dispatch(state, event, position)
-    new_state = causal.note(new_state, event)
+    new_state = note(new_state, event)
     if not _waiting(new_state):
         return new_state, [*decisions, *settled]
     new_state, finals = drain(new_state)
@@ -162,9 +174,9 @@ def _fold_released(
     """Fold inputs that stop waiting for their causes; their answers are their final ones."""
     decisions: list[Decision] = []
     for waiting in released:
-        event = causal.event_of(waiting)
+        event = event_of(waiting)
         state, answers = _fold_now(state, event, waiting.position)
-        decisions.extend(causal.as_final(event.event_id, answers))
+        decisions.extend(as_final(event.event_id, answers))
     return state, decisions
 
 
@@ -172,22 +184,22 @@ def release_ready(state: SessionState) -> tuple[SessionState, list[Decision]]:
     """Fold, oldest first, every input waiting for causes that are all folded now."""
     decisions: list[Decision] = []
     while True:
-        ready = causal.next_ready(state)
+        ready = next_ready(state)
         if ready is None:
             return state, decisions
-        state, answers = _fold_released(causal.without(state, ready), [ready])
+        state, answers = _fold_released(without(state, ready), [ready])
         decisions.extend(answers)
 
 
 def release_overdue(state: SessionState, at_ms: int) -> tuple[SessionState, list[Decision]]:
     """Fold, as they stand, the inputs that waited `PARK_MS` of watermark time for a cause
     (a producer that published it never had it acknowledged, or a forgotten producer)."""
-    overdue = causal.overdue(state, at_ms)
-    if not overdue:
+    late = overdue(state, at_ms)
+    if not late:
         return state, []
-    for waiting in overdue:
-        state = causal.without(state, waiting)
-    state, decisions = _fold_released(state, overdue)
+    for waiting in late:
+        state = without(state, waiting)
+    state, decisions = _fold_released(state, late)
     state, more = release_ready(state)
     return state, [*decisions, *more]
 

@@ -23,7 +23,7 @@ Pure functions: the runtime keeps the value (persisted with the changelog) and p
 
 from __future__ import annotations
 
-from engine.core import causal
+from engine.core.causal import deadline as causal_deadline
 from engine.core.events import Decision, Event, IntentEvent
 from engine.core.fold import release_overdue
 from engine.core.parked import expire_overdue, wait_deadline
@@ -46,7 +46,7 @@ def park_deadline(state: SessionState | None) -> int | None:
     `causal.deadline`)."""
     if state is None:
         return None
-    deadlines = [d for d in (wait_deadline(state), causal.deadline(state)) if d is not None]
+    deadlines = [d for d in (wait_deadline(state), causal_deadline(state)) if d is not None]
     return min(deadlines) if deadlines else None
 
 
