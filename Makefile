@@ -71,10 +71,11 @@ soak-cluster: setup
 	bash tools/test.sh -m cluster \
 		tests/integration/test_cluster_engine.py -k "kill_9 or rolling or partitioned" -q -s
 
-## soak-core: the lifecycle property over 100,000 random examples (no broker; prints Hypothesis's statistics).
+## soak-core: the lifecycle properties over 100,000 random examples each (no broker; prints
+## Hypothesis's statistics), the v3 one under six merges of the three topics per program. TEST= narrows it (-k).
 soak-core: setup
 	LIFECYCLE_SOAK=1 LIFECYCLE_EXAMPLES=$${EXAMPLES:-100000} $(VENV)/bin/pytest -q -p no:cacheprovider --timeout=0 \
-		--hypothesis-show-statistics tests/unit/core/test_lifecycle.py
+		--hypothesis-show-statistics tests/unit/core/test_lifecycle.py $${TEST:+-k $$TEST}
 
 ## bench: one table from one run (not a test): throughput of the raw EOS pipe, reconciler with 1
 ## and 2 processes and Quix Streams (same fold), rounds interleaved; latency; restore, RSS and

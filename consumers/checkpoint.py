@@ -7,7 +7,10 @@ carries it next to the untouched RunState JSON:
 * ``sequence``: the last write sequence this runner published for the session (-1: none); a
   checkpoint behind the session's progress is withheld as stale;
 * ``pending_intent_id``: the intent under which the write recorded in the RunState's
-  ``pending_session_write`` was registered (None when the RunState has none).
+  ``pending_session_write`` was registered (None when the RunState has none);
+* ``after``: the runner's last event about the session that Kafka acknowledged when the
+  checkpoint was saved; a resume from it names it, so the engine folds the resume after it
+  (causal context, resume v3). Empty in checkpoints saved before it existed.
 
 Version policy: ``format`` names the envelope layout; readers refuse layouts they do not know.
 """
@@ -22,6 +25,15 @@ CheckpointFormat = Literal["reconciler-checkpoint/1"]
 CHECKPOINT_FORMAT: Final[CheckpointFormat] = "reconciler-checkpoint/1"
 
 
+class CheckpointCause(BaseModel):
+    """One event the checkpoint's runner had published: its producer id and causal seq."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    producer: str = Field(min_length=1)
+    seq: int = Field(ge=0)
+
+
 class Checkpoint(BaseModel):
     """What a runner saves instead of the bare RunState JSON: the run state plus the ids the
     reconciler needs on restore (checkpoint id, write sequence, the pending write's intent id)."""
@@ -33,6 +45,7 @@ class Checkpoint(BaseModel):
     session_id: str
     sequence: int = Field(ge=-1)
     pending_intent_id: str | None = None
+    after: list[CheckpointCause] = Field(default_factory=list)
     run_state: dict[str, Any]
 
     def to_json(self) -> str:

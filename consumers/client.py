@@ -41,6 +41,8 @@ from consumers.outcomes import ResumeOutcome, answers, outcome_from_decision
 from engine.core.events import (
     AckOutcome,
     Binding,
+    CausalContext,
+    Cause,
     Decision,
     Event,
     IntentEvent,
@@ -121,8 +123,15 @@ class ReconcilerApi(Protocol):
         timeout_s: float = 15.0,
         request_id: str | None = None,
         checkpoint_session_id: str | None = None,
+        after: Sequence[Cause] = (),
     ) -> ResumeOutcome:
-        """Ask for continuation authority after a restore; the final answer, typed."""
+        """Ask for continuation authority after a restore; the final answer, typed. ``after``:
+        the events the checkpoint names (`Checkpoint.after`)."""
+        ...
+
+    def last_published(self, session_id: str) -> Cause | None:
+        """This runner's last event about the session that Kafka acknowledged (a checkpoint
+        stores it, so that a resume from it is folded after it)."""
         ...
 
 
@@ -172,6 +181,7 @@ class ReconcilerClient:
             }
         )
         self._resume_lock = threading.Lock()
+        self._causal = messages.CausalCounter(runner_id)
         self._decision_partitions: int | None = None
         self._closed = False
 
@@ -202,6 +212,15 @@ class ReconcilerClient:
     def publish_intent(self, intent: IntentEvent) -> None:
         """Publish a prepared intent and wait until it is durable."""
         self._publish(self.topics.intents, intent.session_id, intent.event_id, intent)
+        self._acknowledged(intent.session_id, intent.causal)
+
+    def _acknowledged(self, session_id: str, causal: CausalContext | None) -> None:
+        if causal is not None and causal.producer == self.runner_id:
+            self._causal.acknowledged(session_id, causal)
+
+    def last_published(self, session_id: str) -> Cause | None:
+        """This runner's last event about the session that Kafka acknowledged."""
+        return self._causal.last(session_id)
 
     def register_intent(
         self,
@@ -233,6 +252,7 @@ class ReconcilerClient:
             persisted_count=persisted_count,
             kind=kind,
             tools_ran=tools_ran,
+            causal=self._causal.next(session_id),
         )
         self.publish_intent(intent)
         return intent_id
@@ -259,8 +279,10 @@ class ReconcilerClient:
             fence_token=fence_token,
             observed_tail=observed_tail,
             ignore_ids=ignore_ids,
+            causal=self._causal.next(session_id),
         )
         self._publish(self.topics.acks, session_id, event_id, ack)
+        self._acknowledged(session_id, ack.causal)
 
     # --- resuming ------------------------------------------------------------------------
 
@@ -276,8 +298,10 @@ class ReconcilerClient:
         timeout_s: float = 15.0,
         request_id: str | None = None,
         checkpoint_session_id: str | None = None,
+        after: Sequence[Cause] = (),
     ) -> ResumeOutcome:
-        """Ask for continuation authority and return the engine's final answer.
+        """Ask for continuation authority and return the engine's final answer. ``after``: the
+        events the checkpoint names (the engine folds the resume only after them).
 
         Raises `ResumeTimeoutError` when no final decision arrives within ``timeout_s``.
         """
@@ -293,6 +317,7 @@ class ReconcilerClient:
             observed_tail=observed_tail,
             checkpoint_sequence=checkpoint_sequence,
             checkpoint_session_id=checkpoint_session_id,
+            causal=self._causal.next(session_id, after),
         )
         started = time.monotonic()
         decision = self.submit(request, timeout_s=timeout_s)
@@ -320,6 +345,7 @@ class ReconcilerClient:
             try:
                 topic = self.topics.topic_for(event)
                 self._publish(topic, event.session_id, event.event_id, event)
+                self._acknowledged(event.session_id, getattr(event, "causal", None))
                 return self._await_final(event.event_id, deadline)
             finally:
                 self._consumer.unassign()

@@ -43,6 +43,7 @@ COMPILED: tuple[str, ...] = (
     "engine.core.acks",
     "engine.core.answers",
     "engine.core.authority",
+    "engine.core.causal",
     "engine.core.classify",
     "engine.core.decide",
     "engine.core.digest",

@@ -26,6 +26,8 @@ from engine.core.events import (
     AckOutcome,
     AckSource,
     Binding,
+    CausalContext,
+    Cause,
     Classification,
     Decision,
     Fence,
@@ -41,7 +43,15 @@ from engine.core.events import (
     TrailEntry,
     Verdict,
 )
-from engine.core.state import Health, IntentSlot, ParkedResume, SessionState, SlotStatus
+from engine.core.state import (
+    CausalWait,
+    Health,
+    IntentSlot,
+    ParkedResume,
+    ProducerMark,
+    SessionState,
+    SlotStatus,
+)
 from engine.wire import POLICY, SHIPPED_SCHEMAS, Codec, DeadLetter, DecodeReason, RecordType
 from engine.wire.codec import UNRECOGNIZED_SYMBOL, WireModel, fields_of
 from engine.wire.framing import SINGLE_OBJECT_HEADER_SIZE
@@ -294,10 +304,28 @@ SAMPLES: dict[RecordType, dict[str, Callable[[], WireModel]]] = {
 }
 
 
+CAUSAL_SINCE = {
+    RecordType.INTENT: 3,
+    RecordType.ACK: 2,
+    RecordType.RESUME: 3,
+    RecordType.SESSION_STATE: 4,
+}
+"""The version of each record that carries the causal context (and, for the state, the
+causal order: producer marks and inputs waiting for their causes)."""
+
+
+def _causal(producer: str, seq: int, *after: tuple[str, int]) -> CausalContext:
+    return CausalContext(
+        producer=producer, seq=seq, after=[Cause(producer=p, seq=n) for p, n in after]
+    )
+
+
 def upgrade(record_type: RecordType, variant: str, model: WireModel, version: int) -> WireModel:
     """The ``full`` sample of a version sets the fields that version added (v1 samples stay)."""
     if variant != "full" or version < 2:
         return model
+    if version >= CAUSAL_SINCE.get(record_type, version + 1):
+        return _with_causes(record_type, upgrade(record_type, variant, model, version - 1))
     unstable = {"items_digest_stable": False}
     if isinstance(model, IntentEvent):
         return replace(model, binding=replace(model.binding, **unstable))
@@ -317,6 +345,39 @@ def upgrade(record_type: RecordType, variant: str, model: WireModel, version: in
             ],
         )
     return model
+
+
+def _with_causes(record_type: RecordType, model: WireModel) -> WireModel:
+    """The causal fields set on a ``full`` sample of the version that added them."""
+    if isinstance(model, IntentEvent):
+        return replace(model, causal=_causal("runner-1", 3, ("runner-1", 2)))
+    if isinstance(model, AckEvent):
+        return replace(model, causal=_causal("store-1", 7, ("store-1", 6), ("runner-1", 3)))
+    if isinstance(model, ResumeEvent):
+        return replace(model, causal=_causal("runner-2", 0, ("runner-1", 4), ("store-1", 7)))
+    if isinstance(model, SessionState):
+        resume = _with_causes(RecordType.RESUME, model.parked_resumes[0].resume)
+        ack = _with_causes(RecordType.ACK, model.parked_acks[0])
+        intent = _with_causes(RecordType.INTENT, model.parked_intents[0])
+        assert isinstance(resume, ResumeEvent)
+        assert isinstance(ack, AckEvent)
+        assert isinstance(intent, IntentEvent)
+        return replace(
+            model,
+            parked_resumes=[replace(model.parked_resumes[0], resume=resume)],
+            parked_acks=[ack],
+            parked_intents=[intent],
+            producers=[
+                ProducerMark(producer="runner-1", seq=2, at_ms=1_700_000_000_000),
+                ProducerMark(producer="store-1", seq=6, at_ms=1_700_000_000_100),
+            ],
+            causal_waiting=[
+                CausalWait(ack=ack, position=12),
+                CausalWait(resume=resume, position=13),
+                CausalWait(intent=intent, position=14),
+            ],
+        )
+    raise AssertionError(f"{record_type} has no causal fields")
 
 
 def _resume_v2(resume: ResumeEvent) -> ResumeEvent:

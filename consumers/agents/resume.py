@@ -30,7 +30,11 @@ from consumers.errors import CheckpointError, ContinuationWithheldError, SdkChec
 from consumers.messages import tail_limit
 from consumers.outcomes import ResumeOutcome, Withheld
 from consumers.sdk_checkpoint import pending_record, read_pending_session_write
-from engine.core.events import PendingRecord
+from engine.core.events import Cause, PendingRecord
+
+UNCOVERED_TAIL_ITEMS = 32
+"""Tail items a resume without a pending record carries: enough for the engine to compare an
+open write's ``before`` + batch with it when the checkpoint never covered that write."""
 
 
 def pending_of(checkpoint: Checkpoint, *, ignore_ids: bool) -> PendingRecord | None:
@@ -84,7 +88,9 @@ async def resume_from_checkpoint(
             checkpoint_id=checkpoint.checkpoint_id,
         )
     pending = pending_of(checkpoint, ignore_ids=session.binding.ignore_ids)
-    limit = tail_limit(pending)
+    # With no record the SDK rereads nothing; the engine gets a window anyway, so that a write
+    # the checkpoint never covered (an uncovered append) is judged on the tail at once.
+    limit = tail_limit(pending) if pending is not None else UNCOVERED_TAIL_ITEMS
     tail = await session.inner.get_items(limit=limit) if limit else []
     binding = replace(
         session.binding, checkpoint_schema_version=checkpoint_schema_version(checkpoint)
@@ -99,6 +105,7 @@ async def resume_from_checkpoint(
             observed_tail=tail,
             timeout_s=timeout_s,
             checkpoint_session_id=checkpoint.session_id,
+            after=[Cause(producer=c.producer, seq=c.seq) for c in checkpoint.after],
         )
     )
     await asyncio.to_thread(session.adopt, outcome, checkpoint)

@@ -34,7 +34,7 @@ from agents.memory import OpenAIConversationsSession
 from agents.memory.session import Session, SessionABC
 from agents.run_state import CURRENT_SCHEMA_VERSION
 
-from consumers.checkpoint import Checkpoint
+from consumers.checkpoint import Checkpoint, CheckpointCause
 from consumers.client import ReconcilerApi
 from consumers.errors import (
     AppendNotWrittenError,
@@ -218,11 +218,13 @@ class ReconciledSession(SessionABC):
             pending = self._register_held(record["items"], record["persisted_count"])
         elif self._held is not None:
             self._discard_held()
+        last = self.client.last_published(self.session_id)
         return Checkpoint(
             checkpoint_id=uuid.uuid4().hex,
             session_id=self.session_id,
             sequence=self.sequence,
             pending_intent_id=pending,
+            after=[] if last is None else [CheckpointCause(producer=last.producer, seq=last.seq)],
             run_state=run_state,
         )
 

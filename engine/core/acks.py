@@ -91,9 +91,15 @@ def fold_ack(
                 # Evidence of an attempt older than the current grant: recorded, kept out of
                 # the current attempt (whether it is folded before or after the grant).
                 why = f"ack under fence {event.fence_token}, older than {state.fence_token}"
+                # A v3 ack names its causes, and the old holder never learns of the grant
+                # that superseded it: the two are concurrent, so the answer is the one the
+                # ack gets folded before that grant (README "Causal order").
+                answer_reason = REASON_ACCEPTED if event.causal is not None else refusal
+                if event.causal is not None:
+                    why += "; kept as evidence of that attempt, the current one is untouched"
                 trail = make_trail((STEP_WHY, why))
                 return state, decide(
-                    state, event, VERDICT_RECORDED, refusal, trail=trail, suffix=suffix
+                    state, event, VERDICT_RECORDED, answer_reason, trail=trail, suffix=suffix
                 )
             why = "ack from a runner without authority"
             return state, reject(state, event, refusal, why, suffix)
@@ -180,7 +186,10 @@ def ack_ready(state: SessionState, event: AckEvent) -> bool:
         return False
     slot = state.slot
     if slot is None or slot.intent_id != event.intent_id:
-        return event.intent_id == state.previous_intent_id
+        # A v3 ack follows its intent in its producer's chain, so that intent was folded
+        # (`causal.py`): an id the state no longer holds is a write superseded since, whose
+        # evidence changes nothing, however many intents superseded it.
+        return event.causal is not None or event.intent_id == state.previous_intent_id
     if awaits_rearm(state, event):
         return False
     return not (event.outcome is OUTCOME_COMMITTED and slot.status is SLOT_HELD)

@@ -73,6 +73,30 @@ class ItemFacts(_Frozen, frozen=True, kw_only=True):
     call_id: str | None = None
 
 
+class Cause(_Frozen, frozen=True, kw_only=True):
+    """One event of one producer: the ``seq``-th event ``producer`` published about the session."""
+
+    producer: str
+    seq: int
+
+
+class CausalContext(_Frozen, frozen=True, kw_only=True):
+    """What an event's producer had already published about the session, and knew Kafka had
+    acknowledged, when it published this event (intent, ack and resume v3).
+
+    ``producer`` names the publishing process (a runner id; a store's own producer id for store
+    acks) and ``seq`` numbers its events in the session from 0. ``after`` lists the events this
+    one follows: the producer's own previous event (``seq - 1``), and, for a resume, the last
+    event the checkpoint's runner had published when it saved the checkpoint and the last ack
+    the store had written when the tail was read. The fold folds an event only after everything
+    it names (`causal.py`), so it orders by cause, not by arrival (README "Causal order").
+    """
+
+    producer: str
+    seq: int
+    after: list[Cause] = field(default_factory=list)
+
+
 class IntentKind(StrEnum):
     REGISTER = "REGISTER"  # an ordinary pending write, published before the append
     HELD = "HELD"  # a held batch: registered, must not reach the Session yet
@@ -107,6 +131,7 @@ class IntentEvent(_Frozen, frozen=True, kw_only=True):
     persisted_count: int | None = None
     sequence: int
     tools_ran: bool = False
+    causal: CausalContext | None = None
 
 
 class AckOutcome(StrEnum):
@@ -137,6 +162,7 @@ class AckEvent(_Frozen, frozen=True, kw_only=True):
     fence_token: int | None = None
     observed_tail: list[Digest] | None = None
     committed_count: int | None = None
+    causal: CausalContext | None = None
 
 
 class PendingRecord(_Frozen, frozen=True, kw_only=True):
@@ -171,6 +197,7 @@ class ResumeEvent(_Frozen, frozen=True, kw_only=True):
     observed_tail: list[Digest] = field(default_factory=list)
     checkpoint_sequence: int = -1
     checkpoint_session_id: str | None = None
+    causal: CausalContext | None = None
 
 
 class RepairResolution(StrEnum):

@@ -33,6 +33,19 @@ from collections.abc import Iterable
 from msgspec.structs import replace
 
 from engine.core.acks import ack_ready, fold_ack
+from engine.core.causal import (
+    answer_waiting_copy as answer_causal_copy,
+)
+from engine.core.causal import (
+    as_final,
+    event_of,
+    next_ready,
+    note,
+    overdue,
+    wait,
+    waits,
+    without,
+)
 from engine.core.decide import (
     ACTION_REPAIR,
     FoldResult,
@@ -77,9 +90,9 @@ from engine.core.parked import (
 )
 from engine.core.repairs import fold_repair
 from engine.core.resumes import fold_resume
-from engine.core.state import RECENT_EVENT_IDS, SessionState
+from engine.core.state import RECENT_EVENT_IDS, CausalWait, SessionState
 
-__all__ = ["FoldResult", "fold", "replay"]
+__all__ = ["FoldResult", "fold", "release_overdue", "release_ready", "replay"]
 
 
 def _remember(state: SessionState, event_id: str) -> SessionState:
@@ -100,6 +113,10 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
         copy = answer_waiting_copy(state, event)
         if copy is not None:
             return FoldResult(state, (copy,))
+    if state.causal_waiting:
+        copy = answer_causal_copy(state, event)
+        if copy is not None:
+            return FoldResult(state, (copy,))
     if event.event_id in state.recent_event_ids or (
         type(event) is ResumeEvent and event.event_id == state.grant_request_id
     ):
@@ -107,32 +124,85 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
         # grant again, never a second, different answer under the grant's decision id.
         return FoldResult(state, (_answer_duplicate(state, event),))
     remembered = _remember(state, event.event_id)
+    if waits(remembered, event):
+        # A v3 input ahead of an event it names waits for it (`causal.py`).
+        waiting, answer, evicted = wait(remembered, event, position)
+        waiting, released = _fold_released(waiting, evicted)
+        return FoldResult(waiting, (answer, *released))
+    new_state, decisions = _fold_now(remembered, event, position)
+    if new_state.causal_waiting:
+        new_state, released = release_ready(new_state)
+        decisions = [*decisions, *released]
+    return FoldResult(new_state, tuple(decisions))
+
+
+def _fold_now(
+    state: SessionState, event: Event, position: int
+) -> tuple[SessionState, list[Decision]]:
+    """Fold an input whose causes (if it names any) are all folded."""
     # Draining and expiring only look at waiting inputs: with none (almost every event) they
     # would find nothing, so they are not called.
     settled: list[Decision] = []
-    if _waiting(remembered):
+    if _waiting(state):
         # Writes that waited too long are judged before this later input is, on the clock of
         # the topic they wait on (SPEC.md §6 "Parked inputs"): an intent times acks waiting
         # for their intent; an intent or a resume, acks of a known attempt waiting for its
         # release or re-arm (judged on that attempt before a resume is); an ack or a resume,
         # re-arms waiting for their failure; a resume, writes waiting for a grant. A repair
         # rides on the intents topic but, like the watermark, times nothing.
-        remembered, settled = expire_writes(
-            remembered,
+        state, settled = expire_writes(
+            state,
             event.event_time_ms,
             acks=isinstance(event, (IntentEvent, ResumeEvent)),
             unseen=isinstance(event, IntentEvent),
             rearms=isinstance(event, (AckEvent, ResumeEvent)),
             grants=isinstance(event, ResumeEvent),
         )
-    new_state, decisions = _dispatch(remembered, event, position)
+    new_state, decisions = _dispatch(state, event, position)
+    new_state = note(new_state, event)
     if not _waiting(new_state):
-        return FoldResult(new_state, (*decisions, *settled))
+        return new_state, [*decisions, *settled]
     new_state, finals = drain(new_state)
     if isinstance(event, IntentEvent):
         new_state, expired = expire_overdue(new_state, event.event_time_ms, all_topics=False)
         finals.extend(expired)
-    return FoldResult(new_state, (*decisions, *settled, *finals))
+    return new_state, [*decisions, *settled, *finals]
+
+
+def _fold_released(
+    state: SessionState, released: list[CausalWait]
+) -> tuple[SessionState, list[Decision]]:
+    """Fold inputs that stop waiting for their causes; their answers are their final ones."""
+    decisions: list[Decision] = []
+    for waiting in released:
+        event = event_of(waiting)
+        state, answers = _fold_now(state, event, waiting.position)
+        decisions.extend(as_final(event.event_id, answers))
+    return state, decisions
+
+
+def release_ready(state: SessionState) -> tuple[SessionState, list[Decision]]:
+    """Fold, oldest first, every input waiting for causes that are all folded now."""
+    decisions: list[Decision] = []
+    while True:
+        ready = next_ready(state)
+        if ready is None:
+            return state, decisions
+        state, answers = _fold_released(without(state, ready), [ready])
+        decisions.extend(answers)
+
+
+def release_overdue(state: SessionState, at_ms: int) -> tuple[SessionState, list[Decision]]:
+    """Fold, as they stand, the inputs that waited `PARK_MS` of watermark time for a cause
+    (a producer that published it never had it acknowledged, or a forgotten producer)."""
+    late = overdue(state, at_ms)
+    if not late:
+        return state, []
+    for waiting in late:
+        state = without(state, waiting)
+    state, decisions = _fold_released(state, late)
+    state, more = release_ready(state)
+    return state, [*decisions, *more]
 
 
 def _waiting(state: SessionState) -> bool:

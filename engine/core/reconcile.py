@@ -5,6 +5,7 @@ from __future__ import annotations
 from msgspec.structs import replace
 
 from engine.core.answers import grant, withhold
+from engine.core.classify import is_committed, is_unchanged
 from engine.core.decide import (
     ACTION_NEWER,
     evidence,
@@ -91,12 +92,59 @@ def _history_changed(
     )
 
 
+def _uncovered_append(
+    state: SessionState, event: ResumeEvent, suffix: AnswerSuffix, slot: IntentSlot
+) -> tuple[SessionState, Decision]:
+    """A v3 resume with no pending record while a write is open: the SDK wrote no record for
+    that append, and the checkpoint's runner had no ack of it when it saved the checkpoint
+    (the resume names everything that runner had published). Nothing can say whether the
+    append ran, so the engine does not wait for an intent that already arrived: it withholds
+    at once, turns the session AMBIGUOUS with an alert, and says what the tail showed."""
+    before, batch, tail = slot.before or [], slot.batch, event.observed_tail
+    if slot.before is None:
+        seen = "the intent was registered before its append started"
+    elif len(tail) < len(before) + len(batch):
+        seen = f"the resume carried {len(tail)} tail digests, too few to compare with the write"
+    elif is_committed(tail[len(tail) - len(before) - len(batch) :], before, batch):
+        seen = "the tail ends with before + batch: the append looks committed"
+    elif is_unchanged(tail, before):
+        seen = "the tail still ends with before: the append looks absent"
+    else:
+        seen = "the tail ends with neither before nor before + batch"
+    why = (
+        f"intent {slot.intent_id} (write {slot.sequence}) is open with no ack, and the "
+        "checkpoint holds no pending record for it: the SDK wrote none for this append "
+        f"(an uncovered append); {seen}"
+    )
+    ambiguous = replace(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_RECORD_MISMATCH)
+    action = (
+        f"The append of intent {slot.intent_id} was made without a pending record in the "
+        "checkpoint, so the checkpoint cannot tell whether it ran. Compare the Session tail "
+        "with the intent's digests (the trail says what the resumed runner saw), publish a "
+        "repair command (ACCEPT_COMMITTED if the batch is there, ACCEPT_ABSENT if not), then "
+        "resume again."
+    )
+    observed = f"no pending record; tail of {len(tail)} digests; {evidence(slot)}"
+    return withhold(
+        ambiguous,
+        event,
+        REASON_RECORD_MISMATCH,
+        why,
+        suffix,
+        action=action,
+        alert=True,
+        observed=observed,
+    )
+
+
 def reconcile(
     state: SessionState, event: ResumeEvent, position: int, suffix: AnswerSuffix
 ) -> tuple[SessionState, Decision]:
     slot, pending = state.slot, event.pending
     if pending is None:
         if slot is not None and slot.status in UNRESOLVED:
+            if event.causal is not None and not slot.held:
+                return _uncovered_append(state, event, suffix, slot)
             why = f"the checkpoint carries no pending write but intent {slot.intent_id} is open"
             reason = REASON_HELD_NOT_SETTLED if slot.held else REASON_RECORD_MISMATCH
             return withhold(state, event, reason, why, suffix, alert=slot.held)

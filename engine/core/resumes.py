@@ -76,6 +76,11 @@ def awaits(state: SessionState, event: ResumeEvent) -> bool:
         # Ahead: wait for the intents. Behind: a stale checkpoint, judged as such now.
         return event.checkpoint_sequence > state.progress_sequence
     if pending is None:
+        if event.causal is not None:
+            # A v3 resume names what its checkpoint's runner had published: an ack it sent
+            # before saving the checkpoint is folded already (`causal.py`), so an open write
+            # now is one the checkpoint never covered, decided at once (`reconcile`).
+            return False
         # The runner dropped the record only after its append returned and was acked (client
         # contract): the ack of that open write is on its way.
         open_write = slot is not None and slot.status in UNRESOLVED and not slot.held

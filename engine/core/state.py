@@ -19,6 +19,8 @@ Record shape (``SessionState.to_record()``, every value Avro-friendly)::
     parked_acks: list[AckEvent]           # acks ahead of their intent, fence or release (bounded)
     parked_resumes: list[ParkedResume]    # resumes that arrived before their intent (bounded)
     recent_event_ids: list[str]           # de-duplication window (bounded)
+    producers: list[ProducerMark]         # per producer, the highest causal seq folded (bounded)
+    causal_waiting: list[CausalWait]      # v3 inputs whose named causes are not folded (bounded)
 """
 
 from __future__ import annotations
@@ -52,6 +54,15 @@ PARKED_LIMIT = 4
 PARKED_WRITES_LIMIT = 32
 """Intents and acks (each) that may wait for what they refer to: a backlog's worth of writes.
 The oldest beyond it gets its final answer at once (`parked.park_intent`, `parked.park_ack`)."""
+
+
+PRODUCERS_LIMIT = 16
+"""Producers whose highest folded event the session remembers (`causal.py`). Beyond it, the one
+whose last event is oldest in event time is forgotten: an input naming it waits for the
+watermark, then is folded as it stands."""
+CAUSAL_WAIT_LIMIT = 32
+"""Inputs that may wait for the events they name (`causal.py`); the oldest beyond it is folded
+at once, as a producer without causal context would be."""
 
 
 class Health(StrEnum):
@@ -105,6 +116,23 @@ class ParkedResume(_Frozen, frozen=True, kw_only=True):
     position: int
 
 
+class ProducerMark(_Frozen, frozen=True, kw_only=True):
+    """The highest causal ``seq`` of ``producer`` folded, and the event time of that event."""
+
+    producer: str
+    seq: int
+    at_ms: int
+
+
+class CausalWait(_Frozen, frozen=True, kw_only=True):
+    """A v3 input that arrived before an event it names (exactly one of the three is set)."""
+
+    intent: IntentEvent | None = None
+    ack: AckEvent | None = None
+    resume: ResumeEvent | None = None
+    position: int
+
+
 class SessionState(_Frozen, frozen=True, kw_only=True):
     session_id: str
     binding: Binding | None = None
@@ -123,6 +151,8 @@ class SessionState(_Frozen, frozen=True, kw_only=True):
     parked_acks: list[AckEvent] = field(default_factory=list)
     parked_resumes: list[ParkedResume] = field(default_factory=list)
     recent_event_ids: list[str] = field(default_factory=list)
+    producers: list[ProducerMark] = field(default_factory=list)
+    causal_waiting: list[CausalWait] = field(default_factory=list)
 
     def to_record(self) -> dict[str, Any]:
         """Plain dict of str/int/bool/None/list/dict values (the changelog record)."""

@@ -23,7 +23,9 @@ Pure functions: the runtime keeps the value (persisted with the changelog) and p
 
 from __future__ import annotations
 
+from engine.core.causal import deadline as causal_deadline
 from engine.core.events import Decision, Event, IntentEvent
+from engine.core.fold import release_overdue
 from engine.core.parked import expire_overdue, wait_deadline
 from engine.core.state import SessionState
 
@@ -40,13 +42,21 @@ def advance(watermark: int, event: Event) -> int:
 
 def park_deadline(state: SessionState | None) -> int | None:
     """The watermark at which the session's earliest waiting input is answered; None if none
-    (a parked resume, ack or intent: `parked.wait_deadline`)."""
-    return None if state is None else wait_deadline(state)
+    (a parked resume, ack or intent: `parked.wait_deadline`; an input waiting for its causes:
+    `causal.deadline`)."""
+    if state is None:
+        return None
+    deadlines = [d for d in (wait_deadline(state), causal_deadline(state)) if d is not None]
+    return min(deadlines) if deadlines else None
 
 
 def expire(state: SessionState, watermark: int) -> tuple[SessionState, list[Decision]]:
-    """Final answers of the inputs overdue at `watermark` (`parked.expire_overdue`)."""
+    """Final answers of the inputs overdue at `watermark` (`parked.expire_overdue`); inputs
+    that waited as long for their causes are first folded as they stand (`fold.release_overdue`).
+    """
     deadline = park_deadline(state)
     if deadline is None or deadline > watermark:
         return state, []
-    return expire_overdue(state, watermark)
+    state, released = release_overdue(state, watermark)
+    state, expired = expire_overdue(state, watermark)
+    return state, [*released, *expired]

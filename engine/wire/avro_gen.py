@@ -25,6 +25,7 @@ import msgspec
 from engine.core.events import DIGEST_PATTERN
 from engine.wire import avro_prims
 from engine.wire.limits import WireLimits
+from engine.wire.validation import MAX_CAUSES
 
 Writer = Callable[[Any], bytes]
 
@@ -323,6 +324,7 @@ class _ReaderGen(_Gen):
             "before": self.limits.max_digests_per_tail,
             "observed_tail": self.limits.max_digests_per_tail,
             "trail": self.limits.max_trail_entries,
+            "after": MAX_CAUSES,
         }.get(field)
 
 

@@ -81,21 +81,28 @@ POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
     {
         RecordType.INTENT: _policy(
             "Intent",
-            2,
+            3,
             {
                 1: "register/held/release/discard of a pending Session write",
                 2: "Binding.items_digest_stable, nullable persisted_count",
+                3: "causal context: producer, seq and the events it follows",
             },
         ),
         RecordType.ACK: _policy(
-            "Ack", 1, {1: "append outcome: committed with observed tail, not written, unknown"}
+            "Ack",
+            2,
+            {
+                1: "append outcome: committed with observed tail, not written, unknown",
+                2: "causal context: producer, seq and the events it follows",
+            },
         ),
         RecordType.RESUME: _policy(
             "Resume",
-            2,
+            3,
             {
                 1: "restored runner's checkpoint record, reread tail and identity",
                 2: "checkpoint_session_id; Binding.items_digest_stable",
+                3: "causal context: the checkpoint runner's last event and the store's last ack",
             },
         ),
         RecordType.REPAIR: _policy(
@@ -119,11 +126,12 @@ POLICY: Mapping[RecordType, RecordPolicy] = MappingProxyType(
         ),
         RecordType.SESSION_STATE: _policy(
             "SessionState",
-            3,
+            4,
             {
                 1: "per-session fold state for the compacted changelog",
                 2: "parked_intents, new reasons, digest stability, nullable persisted_count",
                 3: "item digests as 32 raw bytes (fixed Sha256), a third less per idle session",
+                4: "causal order: producer marks, inputs waiting for their causes",
             },
             breaks=frozenset({3}),
         ),

@@ -11,7 +11,14 @@ from typing import Any, Final, NamedTuple
 
 from msgspec import Struct
 
-from engine.core.events import Binding, IntentEvent, IntentKind, PendingRecord, ResumeEvent
+from engine.core.events import (
+    Binding,
+    CausalContext,
+    IntentEvent,
+    IntentKind,
+    PendingRecord,
+    ResumeEvent,
+)
 from engine.wire.limits import WireLimits
 
 # Fields that may never be empty strings: ids and the operator's accountability fields.
@@ -32,6 +39,9 @@ timeouts to event times, and a value near 2^63 overflows the state's long fields
 MAX_SEQUENCE = 2**53 - 1
 """Counters, sequences and fence tokens: far above any real value, and the fold's `+ 1` stays
 exact in every language that reads the decisions as JSON numbers."""
+MAX_CAUSES = 64
+"""Events one input may name in its causal context (`CausalContext.after`): a producer names
+its own previous event and a resume two more, so this is far above any honest value."""
 _BOUNDED = {
     "event_time_ms": MAX_EVENT_TIME_MS,
     "fence_token": MAX_SEQUENCE,
@@ -49,6 +59,7 @@ def size_violation(record: Any, limits: WireLimits) -> str | None:
         "before": limits.max_digests_per_tail,
         "observed_tail": limits.max_digests_per_tail,
         "trail": limits.max_trail_entries,
+        "after": MAX_CAUSES,
     }
     # Almost every record fits: a quick exact yes/no first, and only on a "no" the ordered walk
     # that names the same first violation the codec has always reported.
@@ -117,6 +128,11 @@ def semantic_violation(model: Struct) -> str | None:
     problem = _generic_problem(model)
     if problem is not None:
         return problem
+    context = getattr(model, "causal", None)
+    if type(context) is CausalContext:
+        problem = _causal_problem(context)
+        if problem is not None:
+            return problem
     # `type(...) is`, not isinstance: values are never subclassed, and a negative isinstance
     # on a msgspec class goes through the metaclass's __instancecheck__ (slow, per input).
     if type(model) is IntentEvent:
@@ -129,6 +145,19 @@ def semantic_violation(model: Struct) -> str | None:
             return "checkpoint_sequence must be -1 (none) or a write sequence"
         if model.pending is not None:
             return _pending_problem(model.pending)
+    return None
+
+
+def _causal_problem(context: CausalContext) -> str | None:
+    if not context.producer.strip():
+        return "causal.producer must not be empty"
+    if not 0 <= context.seq <= MAX_SEQUENCE:
+        return f"causal.seq is {context.seq}, outside 0..{MAX_SEQUENCE}"
+    for cause in context.after:
+        if not 0 <= cause.seq <= MAX_SEQUENCE:
+            return f"causal.after.seq is {cause.seq}, outside 0..{MAX_SEQUENCE}"
+        if not cause.producer.strip():
+            return "causal.after.producer must not be empty"
     return None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from engine.core.events import AckOutcome, Binding, PendingRecord
 from engine.core.state import LEASE_MS
 from engine.settings import Settings
 from engine.wire.values import from_record
-from tests.integration.engine_harness import engine_settings, engine_thread
+from tests.integration.engine_harness import engine_settings, engine_thread, read_decisions
 from tools import java_runner
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
@@ -213,3 +214,89 @@ def test_java_and_python_share_a_session(engine: Settings, tmp_path: Path) -> No
         assert not isinstance(outcome, ContinueWithoutReplay)
     finally:
         python.close()
+
+
+def _answers_to(engine: Settings, event_id: str, verdict: str, timeout_s: float) -> list[Any]:
+    """The engine's decisions answering `event_id`, once one with `verdict` is among them."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        seen = read_decisions(engine.bootstrap_servers, engine, until=1, timeout_s=2, idle_s=0.3)
+        mine = [s.decision for s in seen if s.decision.in_reply_to == event_id]
+        if any(d.verdict.value == verdict for d in mine):
+            return mine
+    raise AssertionError(f"no {verdict} answer to {event_id} within {timeout_s} s")
+
+
+@pytest.mark.kafka
+def test_a_java_resume_waits_for_the_python_ack_its_checkpoint_names(
+    engine: Settings, tmp_path: Path
+) -> None:
+    """Causal context across languages: the Java resume names the Python runner's ack (the
+    last event its checkpoint knew) and reaches the engine first. It is folded only after that
+    ack (its answer is the `/final` one), and the ack, folded after the grant it could not have
+    seen, is ACCEPTED, as it is when it arrives first."""
+    t0 = 1_700_000_000_000
+    sid = f"causal-{uuid.uuid4().hex[:6]}"
+    python = ReconcilerClient(
+        engine.bootstrap_servers,
+        runner_id="python-c",
+        topic_prefix=engine.topic_prefix,
+        clock=lambda: t0,
+    )
+    binding = from_record(Binding, BINDING)
+    script = {
+        "bootstrap": engine.bootstrap_servers,
+        "prefix": engine.topic_prefix,
+        "schemas": str(SCHEMAS),
+        "session_id": sid,
+        "runner_id": "java-c",
+        "binding": BINDING,
+        "timeout_ms": 90_000,
+        "steps": [
+            {
+                **_resume("j-resume-c", t0 + LEASE_MS + 1_000, [USER, CALL, OUT]),
+                "after": [{"producer": "python-c", "seq": 1}],
+            }
+        ],
+    }
+    path = tmp_path / "causal.json"
+    path.write_text(json.dumps(script))
+    try:
+        python.register_intent(
+            session_id=sid,
+            binding=binding,
+            items=[OUT],
+            before_tail=[USER, CALL],
+            sequence=1,
+            intent_id="w1",
+        )
+        assert python.last_published(sid) is not None
+        with subprocess.Popen(
+            java_runner.command("run", str(path)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as java:
+            try:
+                waiting = _answers_to(engine, "j-resume-c", "DEFERRED", timeout_s=90)
+                assert [d.decision_id for d in waiting] == ["j-resume-c"]
+                python.acknowledge(session_id=sid, intent_id="w1", outcome=AckOutcome.UNKNOWN)
+                out, err = java.communicate(timeout=RUN_TIMEOUT_S)
+            finally:
+                java.kill()
+        assert java.returncode == 0, err
+        (answer,) = [json.loads(line) for line in out.splitlines()]
+        assert answer["decision_id"] == "j-resume-c/final"
+        assert (answer["verdict"], answer["reason"]) == ("CONTINUE", "COMMITTED")
+        last = python.last_published(sid)
+        assert last is not None
+        assert last.seq == 1
+    finally:
+        python.close()
+    # The intent's and the ack's answers: both ACCEPTED (the ack is not STALE_FENCE).
+    recorded = [
+        s.decision
+        for s in read_decisions(engine.bootstrap_servers, engine, until=4, timeout_s=30)
+        if s.decision.session_id == sid and s.decision.verdict.value == "RECORDED"
+    ]
+    assert [d.reason.value for d in recorded] == ["ACCEPTED", "ACCEPTED"]

@@ -1,7 +1,8 @@
 """A rolling upgrade of the state format, on a real broker: an engine of the previous release
 (it writes session_state v2) fills the changelog; the current engine, starting on an empty state
 directory, restores from that v2 changelog alone and answers exactly as the pure fold does; its
-own changes are written as v3, so the partition then holds both versions side by side."""
+own changes are written in the current version, so the partition then holds both versions side
+by side."""
 
 from __future__ import annotations
 
@@ -16,14 +17,17 @@ from engine.core.fold import replay
 from engine.core.state import SessionState
 from engine.runtime.tasks import task
 from engine.settings import Settings
-from engine.wire import SHIPPED_SCHEMAS, Codec, RecordType
+from engine.wire import POLICY, SHIPPED_SCHEMAS, Codec, RecordType
 from tests.integration.engine_harness import engine_settings, engine_thread, produce, read_decisions
 from tools.bench_fold import session_events
 
 pytestmark = pytest.mark.kafka
 
 SESSIONS = range(8)
-VERSION_OF = {SHIPPED_SCHEMAS.get(RecordType.SESSION_STATE, v).fingerprint: v for v in (1, 2, 3)}
+STATE_POLICY = POLICY[RecordType.SESSION_STATE]
+VERSION_OF = {
+    SHIPPED_SCHEMAS.get(RecordType.SESSION_STATE, v).fingerprint: v for v in STATE_POLICY.supported
+}
 
 
 def _changelog(bootstrap: str, settings: Settings) -> list[tuple[str, bytes]]:
@@ -52,7 +56,7 @@ def _changelog(bootstrap: str, settings: Settings) -> list[tuple[str, bytes]]:
     return records
 
 
-def test_a_v2_changelog_restores_into_the_current_engine_which_writes_v3(
+def test_a_v2_changelog_restores_into_the_current_engine_which_writes_the_current_version(
     kafka_bootstrap: str, unique_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lifecycles = {n: session_events(n) for n in SESSIONS}
@@ -90,9 +94,11 @@ def test_a_v2_changelog_restores_into_the_current_engine_which_writes_v3(
 
     after = _changelog(kafka_bootstrap, settings)
     versions = [VERSION_OF[value[2:10]] for _, value in after]
-    assert set(versions) == {2, 3}, "a mixed changelog: the old records stay until compaction"
+    assert set(versions) == {2, STATE_POLICY.current}, (
+        "a mixed changelog: the old records stay until compaction"
+    )
     latest = {key: value for key, value in after}
-    assert {VERSION_OF[value[2:10]] for value in latest.values()} == {3}
+    assert {VERSION_OF[value[2:10]] for value in latest.values()} == {STATE_POLICY.current}
     for key, value in after:  # every version in the topic reads, to a state of its own key
         state = old_codec.decode(RecordType.SESSION_STATE, value)
         assert isinstance(state, SessionState)

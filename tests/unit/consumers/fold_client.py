@@ -18,6 +18,7 @@ from consumers.outcomes import ResumeOutcome, answers, outcome_from_decision
 from engine.core.events import (
     AckOutcome,
     Binding,
+    Cause,
     Decision,
     Event,
     IntentKind,
@@ -48,6 +49,17 @@ class FoldClient:
         self.engine = engine
         self.runner_id = runner_id
         self.clock = clock
+        self.causal = messages.CausalCounter(runner_id)
+
+    def last_published(self, session_id: str) -> Cause | None:
+        return self.causal.last(session_id)
+
+    def _feed(self, event: Event) -> tuple[Decision, ...]:
+        decisions = self.engine.feed(event)
+        causal = getattr(event, "causal", None)
+        if causal is not None:
+            self.causal.acknowledged(event.session_id, causal)
+        return decisions
 
     def register_intent(
         self,
@@ -64,7 +76,7 @@ class FoldClient:
         tools_ran: bool = False,
     ) -> str:
         intent_id = intent_id or uuid.uuid4().hex
-        self.engine.feed(
+        self._feed(
             messages.intent_event(
                 event_id=uuid.uuid4().hex,
                 session_id=session_id,
@@ -79,6 +91,7 @@ class FoldClient:
                 persisted_count=persisted_count,
                 kind=kind,
                 tools_ran=tools_ran,
+                causal=self.causal.next(session_id),
             )
         )
         return intent_id
@@ -93,7 +106,7 @@ class FoldClient:
         ignore_ids: bool = False,
         observed_tail: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
-        self.engine.feed(
+        self._feed(
             messages.ack_event(
                 event_id=uuid.uuid4().hex,
                 session_id=session_id,
@@ -104,6 +117,7 @@ class FoldClient:
                 fence_token=fence_token,
                 observed_tail=observed_tail,
                 ignore_ids=ignore_ids,
+                causal=self.causal.next(session_id),
             )
         )
 
@@ -119,9 +133,10 @@ class FoldClient:
         timeout_s: float = 15.0,
         request_id: str | None = None,
         checkpoint_session_id: str | None = None,
+        after: Sequence[Cause] = (),
     ) -> ResumeOutcome:
         request_id = request_id or uuid.uuid4().hex
-        decisions = self.engine.feed(
+        decisions = self._feed(
             messages.resume_event(
                 request_id=request_id,
                 session_id=session_id,
@@ -133,6 +148,7 @@ class FoldClient:
                 observed_tail=observed_tail,
                 checkpoint_sequence=checkpoint_sequence,
                 checkpoint_session_id=checkpoint_session_id,
+                causal=self.causal.next(session_id, after),
             )
         )
         final = [d for d in decisions if answers(d, request_id)]

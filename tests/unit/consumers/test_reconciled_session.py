@@ -10,10 +10,14 @@ import pytest
 from agents import Runner
 
 from consumers.agents.resume import restore_run_state
+from consumers.checkpoint import Checkpoint, CheckpointCause
 from consumers.errors import PublishError
+from consumers.messages import CausalCounter
 from engine.core.events import (
     AckEvent,
     AckOutcome,
+    CausalContext,
+    Cause,
     IntentEvent,
     IntentKind,
     Reason,
@@ -167,3 +171,57 @@ def test_client_carries_schema_version_persisted_count_and_checkpoint_session(
         assert outcome.decision.runner_action is RunnerAction.RELEASE_HELD
 
     asyncio.run(scenario())
+
+
+def test_the_client_fills_the_causal_context_and_a_resume_names_the_checkpoints_last_event(
+    tmp_path: Path,
+) -> None:
+    """Intent/ack/resume v3: every event numbers itself and names the runner's previous one;
+    the checkpoint stores the last acknowledged event and the restored runner's resume names
+    it, so the engine folds the resume after it whatever topic is read first."""
+
+    async def scenario() -> None:
+        world = fold_world(tmp_path)
+        assert world.fold_engine is not None
+        effects = Effects()
+        session = world.session("s1", world.client("runner-a"))
+        _agent, state = await park_for_approval(session, effects, 7, held=True)
+        checkpoint = Checkpoint.from_json(session.checkpoint(state).to_json())
+        written = [getattr(e, "causal", None) for e in world.fold_engine.events]
+        assert all(c is not None and c.producer == "runner-a" for c in written)
+        assert [c.seq for c in written if c is not None] == list(range(len(written)))
+        assert [c.after for c in written if c is not None][1:] == [
+            [Cause(producer="runner-a", seq=n)] for n in range(len(written) - 1)
+        ]
+        assert checkpoint.after == [CheckpointCause(producer="runner-a", seq=len(written) - 1)]
+        restored = world.session(
+            "s1", world.client("runner-b", shift_ms=AFTER_LEASE_MS), restored=True
+        )
+        agent = make_agent(effects, resumed_steps(), held=True)
+        await restore_run_state(agent, checkpoint, restored)
+        resume = world.fold_engine.events[-1]
+        assert isinstance(resume, ResumeEvent)
+        assert resume.causal == CausalContext(
+            producer="runner-b",
+            seq=0,
+            after=[Cause(producer="runner-a", seq=len(written) - 1)],
+        )
+
+    asyncio.run(scenario())
+
+
+def test_a_sequence_number_is_never_reused_and_only_acknowledged_events_are_named() -> None:
+    counter = CausalCounter("r")
+    first = counter.next("s")
+    assert (first.seq, first.after) == (0, [])
+    lost = counter.next("s")  # its delivery failed: never acknowledged
+    assert lost.seq == 1
+    third = counter.next("s")
+    assert (third.seq, third.after) == (2, [])  # names nothing the topic may not hold
+    counter.acknowledged("s", third)
+    assert counter.last("s") == Cause(producer="r", seq=2)
+    assert counter.next("s", [Cause(producer="x", seq=5)]).after == [
+        Cause(producer="r", seq=2),
+        Cause(producer="x", seq=5),
+    ]
+    assert counter.last("other") is None

@@ -27,6 +27,8 @@ from engine.core.events import (
     AckOutcome,
     AckSource,
     Binding,
+    CausalContext,
+    Cause,
     Decision,
     Event,
     IntentEvent,
@@ -45,6 +47,7 @@ from engine.core.state import LEASE_MS, SessionState
 SID = "s-life"
 BINDING = Binding(backend_id="model-store", namespace="lifecycle")
 BEFORE_WINDOW = 2  # how many tail digests a runner records as `before`
+STORE_PRODUCER = "store:model-store"  # the producer id of the store's own acks
 
 
 class Topic(StrEnum):
@@ -118,6 +121,7 @@ class Checkpoint:
     sequence: int
     pending: PendingRecord | None
     batch: int | None  # the batch number of the pending record
+    causes: list[Cause] = field(default_factory=list)  # what its runner had published
 
 
 @dataclass
@@ -126,6 +130,7 @@ class Runner:
     fence: int | None
     checkpoint: Checkpoint
     held: int | None = None  # batch number of a held batch this runner carries
+    published: int = -1  # causal seq of the last event it published (-1: none)
 
 
 @dataclass
@@ -140,6 +145,8 @@ class World:
     """The store, the runners, the engine (time-ordered) and everything that happened."""
 
     store_acks: bool
+    causal: bool = False  # producers fill the causal context (intent/ack/resume v3)
+    store_published: int = -1  # causal seq of the store's last ack (-1: none)
     store: list[dict[str, Any]] = field(default_factory=list)
     time_ms: int = 1_000
     ids: int = 0
@@ -258,9 +265,35 @@ class World:
                 items=self.facts(items),
                 persisted_count=len(items),
                 sequence=self.sequence,
+                causal=self._next_cause(runner),
             ),
         )
         return answers[0]
+
+    def _next_cause(self, runner: Runner) -> CausalContext | None:
+        """The causal context of the runner's next event: it follows its own previous one."""
+        if not self.causal:
+            return None
+        after = [Cause(producer=runner.runner_id, seq=runner.published)]
+        runner.published += 1
+        return CausalContext(
+            producer=runner.runner_id,
+            seq=runner.published,
+            after=after if runner.published > 0 else [],
+        )
+
+    def _store_cause(self, runner: Runner) -> CausalContext | None:
+        """The store numbers its own acks per session (the outbox row it writes with the
+        append), and names the runner's event the append followed (its intent or re-arm),
+        which the runner hands the store adapter with the fence token."""
+        if not self.causal:
+            return None
+        self.store_published += 1
+        seq = self.store_published
+        after = [Cause(producer=STORE_PRODUCER, seq=seq - 1)] if seq > 0 else []
+        if runner.published >= 0:
+            after.append(Cause(producer=runner.runner_id, seq=runner.published))
+        return CausalContext(producer=STORE_PRODUCER, seq=seq, after=after)
 
     def _ack(
         self,
@@ -282,6 +315,9 @@ class World:
                 source=source,
                 fence_token=runner.fence,
                 observed_tail=observed_tail,
+                causal=self._next_cause(runner)
+                if source is AckSource.RUNNER
+                else self._store_cause(runner),
             ),
         )
 
@@ -290,8 +326,15 @@ class World:
             self._ack(runner, intent_id, outcome, AckSource.STORE)
         self._ack(runner, intent_id, outcome, AckSource.RUNNER)
 
-    def _checkpoint(self, pending: PendingRecord | None, batch: int | None) -> Checkpoint:
-        checkpoint = Checkpoint(self._id("c"), self.sequence, pending, batch)
+    def _checkpoint(
+        self, runner: Runner | None, pending: PendingRecord | None, batch: int | None
+    ) -> Checkpoint:
+        causes = []
+        if runner is not None and runner.published >= 0:
+            # What the runner had published, every event acknowledged (it publishes in order
+            # and waits for each): the checkpoint names its last one.
+            causes = [Cause(producer=runner.runner_id, seq=runner.published)]
+        checkpoint = Checkpoint(self._id("c"), self.sequence, pending, batch, causes)
         self.latest = checkpoint
         return checkpoint
 
@@ -354,7 +397,7 @@ class World:
             persisted_count=len(items),
         )
         self.started.add(k)
-        runner.checkpoint = self._checkpoint(record, k)
+        runner.checkpoint = self._checkpoint(runner, record, k)
         self._finish(runner, k, intent_id, fault, record)
 
     def _finish(
@@ -378,7 +421,7 @@ class World:
         if not alive:
             self.live = None
             return
-        runner.checkpoint = self._checkpoint(None, None)
+        runner.checkpoint = self._checkpoint(runner, None, None)
 
     def foreign(self, kind: Foreign) -> None:
         self._tick()
@@ -410,7 +453,7 @@ class World:
         )
         self.started.add(k)
         runner.held = k
-        runner.checkpoint = self._checkpoint(record, k)
+        runner.checkpoint = self._checkpoint(runner, record, k)
 
     def settle(self, drop: bool) -> None:
         runner = self.live
@@ -423,7 +466,7 @@ class World:
             self._intent(runner, IntentKind.DISCARD, intent_id, self.batch_items[k], None)
             self.started.discard(k)
             runner.held = None
-            runner.checkpoint = self._checkpoint(None, None)
+            runner.checkpoint = self._checkpoint(runner, None, None)
             return
         output = {"type": "function_call_output", "call_id": f"c{k}", "output": "ok"}
         self.batch_items[k] = [*self.batch_items[k], output]
@@ -440,7 +483,7 @@ class World:
             before=before,
             persisted_count=len(self.batch_items[k]),
         )
-        runner.checkpoint = self._checkpoint(record, k)
+        runner.checkpoint = self._checkpoint(runner, record, k)
         self._finish(runner, k, intent_id, Fault.OK, record)
 
     def restore(self, copies: int, fault: Fault) -> None:
@@ -468,6 +511,7 @@ class World:
                     observed_tail=self.tail(min(size, len(self.store))),
                     checkpoint_sequence=checkpoint.sequence,
                     checkpoint_session_id=SID,
+                    causal=self._resume_cause(runner, checkpoint),
                 ),
             )
             answer = answers[0]
@@ -482,15 +526,29 @@ class World:
         runner.fence = answer.fence_token
         self._obey(runner, answer, checkpoint, fault)
 
+    def _resume_cause(self, runner: Runner, checkpoint: Checkpoint) -> CausalContext | None:
+        """A resume follows what its checkpoint's runner had published and the store's last
+        ack as read with the tail (a store that publishes acks writes their outbox rows in the
+        append's transaction, so the tail and its ack number are read together)."""
+        if not self.causal:
+            return None
+        after = list(checkpoint.causes)
+        if self.store_published >= 0:
+            after.append(Cause(producer=STORE_PRODUCER, seq=self.store_published))
+        runner.published = 0
+        return CausalContext(producer=runner.runner_id, seq=0, after=after)
+
     def _obey(self, runner: Runner, answer: Decision, checkpoint: Checkpoint, fault: Fault) -> None:
         record, k = checkpoint.pending, checkpoint.batch
         self.live = runner
         if answer.runner_action is RunnerAction.DO_NOT_REPLAY or record is None or k is None:
-            runner.checkpoint = self._checkpoint(None, None)
+            runner.checkpoint = self._checkpoint(runner, None, None)
             return
         if answer.runner_action is RunnerAction.RELEASE_HELD:
             runner.held = k
-            runner.checkpoint = self._checkpoint(record, k)  # the resumed run checkpoints again
+            runner.checkpoint = self._checkpoint(
+                runner, record, k
+            )  # the resumed run checkpoints again
             return
         if answer.runner_action is not RunnerAction.APPEND_ONCE:
             self.violations.append(f"grant with action {answer.runner_action}")
@@ -500,12 +558,12 @@ class World:
             self.violations.append("APPEND_ONCE granted on a tail that is not `before`")
         armed = replace(record, before=before)
         self._intent(runner, IntentKind.REGISTER, record.intent_id, self.batch_items[k], before)
-        runner.checkpoint = self._checkpoint(armed, k)
+        runner.checkpoint = self._checkpoint(runner, armed, k)
         self._finish(runner, k, record.intent_id, fault, armed)
 
     def run(self, ops: Iterable[Op]) -> None:
         self.runners += 1
-        self.live = Runner(f"r{self.runners}", None, self._checkpoint(None, None))
+        self.live = Runner(f"r{self.runners}", None, self._checkpoint(None, None, None))
         for op in ops:
             if self.stopped:
                 break

@@ -40,8 +40,8 @@ def test_missing_schema_file_is_refused(schema_copy: Path) -> None:
 
 
 def test_unlisted_schema_file_is_refused(schema_copy: Path) -> None:
-    shutil.copy(schema_copy / "ack.v1.avsc", schema_copy / "ack.v2.avsc")
-    with pytest.raises(SchemaPolicyError, match=r"unlisted \['ack.v2.avsc'\]"):
+    shutil.copy(schema_copy / "repair.v1.avsc", schema_copy / "repair.v2.avsc")
+    with pytest.raises(SchemaPolicyError, match=r"unlisted \['repair.v2.avsc'\]"):
         load_shipped_schemas(schema_copy)
 
 

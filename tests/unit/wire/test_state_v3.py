@@ -1,7 +1,8 @@
 """session_state v3: digests as raw bytes, and the break in the version policy it needs.
 
-The engine writes v3 and reads v1, v2 and v3 to the same value; v3 is smaller by exactly the
-hex half of every digest; a v3 digest of the wrong length is refused like any bad field.
+The engine writes the current version (v4: v3 plus the causal order, read from v3 by
+resolution) and reads v1, v2 and v3 to the same value; v3 is smaller than v2 by exactly the hex
+half of every digest; a raw digest of the wrong length is refused like any bad field.
 """
 
 from __future__ import annotations
@@ -60,10 +61,10 @@ def _digests(state: SessionState) -> int:
     return count
 
 
-def test_the_engine_writes_v3_and_reads_every_version_through_its_own_line() -> None:
-    assert POLICY_OF_STATE.current == 3
+def test_the_engine_writes_v4_and_reads_every_version_through_its_own_line() -> None:
+    assert POLICY_OF_STATE.current == 4
     assert has_raw_digests(SHIPPED_SCHEMAS.current(STATE).source)
-    assert [POLICY_OF_STATE.reader_version(v) for v in (1, 2, 3)] == [2, 2, 3]
+    assert [POLICY_OF_STATE.reader_version(v) for v in (1, 2, 3, 4)] == [2, 2, 4, 4]
 
 
 def test_avro_resolution_would_misread_v2_as_v3_which_is_why_v3_is_a_break() -> None:
@@ -88,14 +89,19 @@ def test_v3_bytes_and_value_round_trip_exactly_and_v2_reads_to_the_same_value(
 ) -> None:
     assume(semantic_violation(state) is None)  # range and shape rules: tests/unit/wire/test_values
     codec = CODEC
-    v3 = codec.encode(state)
+    current = codec.encode(state)
+    assert current[2:10] == SHIPPED_SCHEMAS.current(STATE).fingerprint
+    assert codec.decode(STATE, current) == state
+    assert codec.encode(codec.decode(STATE, current)) == current
+    # v2 and v3 writers drop the causal order (v4) alike, and read back to the same value.
+    v3 = codec.encode(state, version=3)
     assert v3[2:10] == SHIPPED_SCHEMAS.get(STATE, 3).fingerprint
-    assert codec.decode(STATE, v3) == state
-    assert codec.encode(codec.decode(STATE, v3)) == v3
     v2 = codec.encode(state, version=2)
-    assert codec.decode(STATE, v2) == state
+    assert codec.decode(STATE, v2) == codec.decode(STATE, v3)
     # Every digest costs 2 + 64 bytes as hex text in v2 and 1 + 32 raw in v3, nothing else moves.
-    assert len(v2) - len(v3) == 33 * _digests(state)
+    read_back = codec.decode(STATE, v3)
+    assert isinstance(read_back, SessionState)
+    assert len(v2) - len(v3) == 33 * _digests(read_back)
 
 
 @EXAMPLES
@@ -120,10 +126,12 @@ def _idle_state() -> SessionState:
 
 def test_an_idle_bench_session_takes_a_third_fewer_bytes() -> None:
     state = _idle_state()
-    v2, v3 = CODEC.encode(state, version=2), encode_state(state)
+    v2, v3 = CODEC.encode(state, version=2), CODEC.encode(state, version=3)
+    current = encode_state(state)
     assert _digests(state) == 4
-    assert (len(v2), len(v3)) == (406, 274)
-    assert decode_state(v2) == decode_state(v3) == state
+    # v4 adds two empty arrays (the causal order) and a null `causal` per parked input.
+    assert (len(v2), len(v3), len(current)) == (406, 274, 276)
+    assert decode_state(v2) == decode_state(v3) == decode_state(current) == state
 
 
 @pytest.mark.parametrize("generated", [True, False])

@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.File;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
@@ -49,6 +50,12 @@ public final class Runner {
   private final boolean ignoreIds;
   private final KafkaProducer<byte[], byte[]> producer;
   private final KafkaConsumer<byte[], byte[]> consumer;
+  private final boolean causal;
+  // Causal context (SPEC.md section 7): the seq of the next event, and of the last one whose
+  // delivery the brokers acknowledged (-1: none). Sends are synchronous, so that is always the
+  // previous one.
+  private long nextSeq = 0;
+  private long acknowledgedSeq = -1;
 
   private Runner(JsonNode script) throws Exception {
     this.script = script;
@@ -58,6 +65,7 @@ public final class Runner {
     this.prefix = script.path("prefix").asText("reconciler.");
     this.decisions = prefix + "decisions";
     this.ignoreIds = script.get("binding").path("ignore_ids").asBoolean(false);
+    this.causal = script.path("causal").asBoolean(true);
     String bootstrap = script.get("bootstrap").asText();
     Properties produce = new Properties();
     produce.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -161,6 +169,29 @@ public final class Runner {
   private void send(String topic, GenericRecord record) throws Exception {
     byte[] key = sessionId.getBytes(StandardCharsets.UTF_8);
     producer.send(new ProducerRecord<>(topic, key, Wire.encode(record))).get();
+    GenericRecord context = (GenericRecord) record.get("causal");
+    if (context != null) {
+      acknowledgedSeq = Math.max(acknowledgedSeq, (Long) context.get("seq"));
+    }
+  }
+
+  /**
+   * The causal context of the next event: it follows this runner's last acknowledged event and,
+   * for a resume, the events its checkpoint named (the step's {@code after}); null when the
+   * script turns it off ({@code "causal": false}, a v1/v2-style producer).
+   */
+  private GenericRecord causalContext(Schema schema, JsonNode step) {
+    if (!causal) {
+      return null;
+    }
+    List<Object[]> after = new ArrayList<>();
+    if (acknowledgedSeq >= 0) {
+      after.add(new Object[] {runnerId, acknowledgedSeq});
+    }
+    for (JsonNode named : step.path("after")) {
+      after.add(new Object[] {named.get("producer").asText(), named.get("seq").asLong()});
+    }
+    return Wire.causal(schema, runnerId, nextSeq++, after);
   }
 
   private TopicPartition decisionsPartition() {
@@ -213,6 +244,7 @@ public final class Runner {
         .set("items", Wire.facts(itemFacts, step.get("items"), ignoreIds))
         .set("persisted_count", step.path("persisted_count").asLong(0))
         .set("sequence", step.get("sequence").asLong())
+        .set("causal", causalContext(schema, step))
         .build();
   }
 
@@ -229,6 +261,7 @@ public final class Runner {
         .set("source", Wire.symbol(schema, "source", "RUNNER"))
         .set("fence_token", Wire.optionalLong(step.get("fence_token")))
         .set("observed_tail", tail == null || tail.isNull() ? null : Wire.digests(tail, ignoreIds))
+        .set("causal", causalContext(schema, step))
         .build();
   }
 
@@ -260,6 +293,7 @@ public final class Runner {
         .set("pending", pending)
         .set("observed_tail", Wire.digests(step.get("observed_tail"), ignoreIds))
         .set("checkpoint_sequence", step.path("checkpoint_sequence").asLong(-1))
+        .set("causal", causalContext(schema, step))
         .build();
   }
 }

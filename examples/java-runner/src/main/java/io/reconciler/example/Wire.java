@@ -23,9 +23,10 @@ public final class Wire {
 
   Wire(File schemaDir) throws IOException {
     // One parser per file: the files define shared named types (Binding, ItemFacts) each.
-    intent = new Schema.Parser().parse(new File(schemaDir, "intent.v1.avsc"));
-    ack = new Schema.Parser().parse(new File(schemaDir, "ack.v1.avsc"));
-    resume = new Schema.Parser().parse(new File(schemaDir, "resume.v1.avsc"));
+    // The versions with the causal context (SPEC.md section 7); older ones stay valid writers.
+    intent = new Schema.Parser().parse(new File(schemaDir, "intent.v3.avsc"));
+    ack = new Schema.Parser().parse(new File(schemaDir, "ack.v2.avsc"));
+    resume = new Schema.Parser().parse(new File(schemaDir, "resume.v3.avsc"));
     decision = new Schema.Parser().parse(new File(schemaDir, "decision.v1.avsc"));
     // Decisions are read as v1; every shipped version is a known writer (SPEC.md section 7:
     // newer versions resolve to older readers), so a newer engine's decisions still decode.
@@ -102,6 +103,25 @@ public final class Wire {
       out.add(CanonicalJson.digest(item, ignoreIds));
     }
     return out;
+  }
+
+  /**
+   * The causal context of an event (SPEC.md section 7): {@code producer}, its {@code seq}, and
+   * the events it follows, each a (producer, seq) pair.
+   */
+  static GenericRecord causal(Schema record, String producer, long seq, List<Object[]> after) {
+    Schema context = fieldType(record, "causal");
+    Schema cause = context.getField("after").schema().getElementType();
+    List<GenericRecord> causes = new ArrayList<>();
+    for (Object[] named : after) {
+      causes.add(
+          new GenericRecordBuilder(cause).set("producer", named[0]).set("seq", named[1]).build());
+    }
+    return new GenericRecordBuilder(context)
+        .set("producer", producer)
+        .set("seq", seq)
+        .set("after", causes)
+        .build();
   }
 
   static Long optionalLong(JsonNode node) {
