@@ -25,7 +25,8 @@ def serve_health(metrics: EngineMetrics, port: int) -> ThreadingHTTPServer:
                 status, content_type = (200 if alive else 503), "text/plain"
             elif self.path == "/readyz":
                 ready = metrics.is_ready
-                body = b"ready\n" if ready else b"restoring or unassigned\n"
+                why = metrics.unready_reason or "restoring or unassigned"
+                body = b"ready\n" if ready else f"{why}\n".encode()
                 status, content_type = (200 if ready else 503), "text/plain"
             else:
                 body, status, content_type = b"not found\n", 404, "text/plain"
