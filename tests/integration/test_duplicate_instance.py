@@ -1,7 +1,7 @@
 """With Kafka: two engines started with one instance id (one group.instance.id, one
 transactional.id) stop fencing each other. One of them names the other in an error line, its
 metrics and /readyz, and waits while the other runs, so the fatal aborts of both stay few in
-a 30 s window (without the wait they fence each other every second or two); every input is
+a 30 s window (without the wait they fence each other every few seconds); every input is
 still answered exactly once."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tests.integration.exactly_once import assert_exactly_once, read_inputs, wor
 pytestmark = pytest.mark.kafka
 
 WINDOW_S = 30.0
-MOST_FATAL = 4  # both engines together, in the window; fighting makes ~15
+MOST_FATAL = 4  # both engines together in the window: 2 measured; fighting made 10
 READY_S = 30.0
 
 
@@ -61,6 +61,7 @@ def test_a_second_engine_with_the_same_instance_id_is_named_and_waits(
             if thread.is_alive():
                 thread.join(timeout=40)
     assert not any(t.is_alive() for t in threads), "an engine did not stop within 40 s"
+    print(f"fatal aborts in {WINDOW_S}s per engine: {fatal}")
     assert sum(fatal) <= MOST_FATAL, f"fatal aborts in {WINDOW_S}s: {fatal}"
     assert len(waiting) == 1, "exactly one engine waits while the other runs"
     assert waiting[0].metrics.duplicate_detections._value.get() >= 1
