@@ -6,6 +6,8 @@ in one error line, the metrics and /readyz, and waits with a growing pause (1 s 
 from __future__ import annotations
 
 import logging
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,8 @@ from confluent_kafka import KafkaError, Message
 from engine.runtime.clients import ConsumerLike
 from engine.runtime.engine import Engine
 from engine.runtime.process.duplicate import incarnation_of, others, with_incarnation
+from engine.runtime.process.health import serve_health
+from engine.runtime.process.metrics import EngineMetrics
 from engine.settings import Settings
 from tests.unit.runtime.fakes import FakeBroker, FakeClients, FakeConsumer
 from tests.unit.runtime.test_faults import _check_replay, _done
@@ -120,3 +124,21 @@ def test_only_members_holding_the_id_from_another_incarnation_count(tmp_path: Pa
     named = with_incarnation(settings.model_copy(update={"kafka": {"client.id": "app"}}), "ab")
     assert named.kafka["client.id"] == "app#ab"
     assert with_incarnation(settings, "ab").kafka["client.id"] == "reconciler#ab"
+
+
+def test_readyz_names_the_duplicate() -> None:
+    metrics = EngineMetrics()
+    server = serve_health(metrics, 0)
+    url = f"http://127.0.0.1:{server.server_address[1]}/readyz"
+    try:
+        with pytest.raises(urllib.error.HTTPError) as plain:
+            urllib.request.urlopen(url, timeout=5)
+        assert plain.value.code == 503
+        assert plain.value.read() == b"restoring or unassigned\n"
+        metrics.unready_reason = "duplicate instance id: two processes run with --instance-id x"
+        with pytest.raises(urllib.error.HTTPError) as named:
+            urllib.request.urlopen(url, timeout=5)
+        assert named.value.read() == f"{metrics.unready_reason}\n".encode()
+    finally:
+        server.shutdown()
+        server.server_close()
