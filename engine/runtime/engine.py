@@ -31,6 +31,13 @@ from engine.runtime.intake.ordering import InputOrder
 from engine.runtime.loop import Loop
 from engine.runtime.parts import Consumed, Flags, Parts
 from engine.runtime.process.collector import Collector
+from engine.runtime.process.duplicate import (
+    DuplicateWatch,
+    Holders,
+    new_incarnation,
+    other_holders,
+    with_incarnation,
+)
 from engine.runtime.process.memory import Trimmer, tune_gc
 from engine.runtime.process.metrics import EngineMetrics
 from engine.runtime.process.steps import Steps
@@ -65,6 +72,7 @@ class Engine:
         watchdog: Watchdog | None = None,
         pause: Callable[[float], None] | None = None,
         collector: Collector | None = None,
+        holders: Holders = other_holders,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or EngineMetrics()
@@ -93,6 +101,10 @@ class Engine:
         self.pause = pause or self._pause_unless_stopped
         self.rejoins = 0  # rejoins in this process (the log's counter)
         self.loop: Loop | None = None  # the current clients' (None between them)
+        self.incarnation = new_incarnation()  # named in the consumer's client.id
+        self.duplicates = DuplicateWatch(
+            settings, self.incarnation, self.metrics, self.pause, holders
+        )
 
     @property
     def tasks(self) -> dict[int, PartitionTask]:
@@ -146,6 +158,8 @@ class Engine:
         while not flags.stopping:
             if failures:
                 self._back_off(failures)
+                # another live process with our instance id: wait it out, not fence it again
+                self.duplicates.wait_out(lambda: flags.stopping)
                 if flags.stopping:
                     break
             self.parts.steps.progress()  # trying to start counts: a restart is no sooner
@@ -209,7 +223,7 @@ class Engine:
         settings, factory, steps = self.settings, self.parts.factory, self.parts.steps
         txns = Transactions(factory.producer(settings), self.watchdog, steps.budget_s)
         txns.init()
-        consumer = factory.consumer(settings)
+        consumer = factory.consumer(with_incarnation(settings, self.incarnation))
         loop = Loop(self.parts, consumer, txns)
         consumer.subscribe(
             list(settings.topics.inputs),

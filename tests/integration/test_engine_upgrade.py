@@ -35,14 +35,13 @@ from engine.core.events import AckEvent, Event, IntentEvent, ResumeEvent
 from engine.core.fold import fold
 from engine.core.state import SessionState
 from engine.runtime.tasks.state_codec import decode_state, encode_state
-from engine.settings import Settings
+from engine.settings import Settings, settings_env
 from engine.wire import RecordType
 from tests.integration.engine_harness import (
     CODEC,
     EngineProcess,
     engine_settings,
     read_decisions,
-    settings_env,
 )
 from tests.integration.exactly_once import assert_exactly_once, read_inputs, workload
 from tests.integration.group_probes import (

@@ -26,8 +26,11 @@ def serve_health(metrics: EngineMetrics, port: int) -> ThreadingHTTPServer:
             elif self.path == "/readyz":
                 refused = metrics.writes_refused
                 ready = metrics.is_ready and refused is None
-                reason = f"not ready: {refused}\n".encode() if refused else None
-                body = b"ready\n" if ready else reason or b"restoring or unassigned\n"
+                if refused:
+                    why = f"not ready: {refused}"
+                else:
+                    why = metrics.unready_reason or "restoring or unassigned"
+                body = b"ready\n" if ready else f"{why}\n".encode()
                 status, content_type = (200 if ready else 503), "text/plain"
             else:
                 body, status, content_type = b"not found\n", 404, "text/plain"

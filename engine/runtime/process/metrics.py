@@ -130,10 +130,21 @@ class EngineMetrics:
             ["health"],
             registry=r,
         )
+        self.duplicate_instance = Gauge(
+            "reconciler_duplicate_instance",
+            "1 while another live process holds this --instance-id and this one waits",
+            registry=r,
+        )
+        self.duplicate_detections = Counter(
+            "reconciler_duplicate_instance_detections",
+            "Looks before a rejoin that found another live process with this --instance-id",
+            registry=r,
+        )
         self._zero_known_series()
         self.is_ready = False
         # Why the brokers refuse the engine's writes, while they do (engine/admin/isr_watch.py).
         self.writes_refused: str | None = None
+        self.unready_reason = ""  # /readyz names it when set (duplicate.py)
         # /healthz: replaced by the engine with "the loop made progress recently".
         self.liveness: Callable[[], bool] = lambda: True
         self._last_lag = 0.0
