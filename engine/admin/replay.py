@@ -33,7 +33,8 @@ from engine.errors import ConfigError, EngineError
 from engine.wire.values import from_record, to_json_record
 
 WATERMARK_PREFIX = "watermark:"
-"""`source` of a watermark sweep's answers: `watermark:<partition>:<ms>` (runtime/task.py)."""
+"""`source` of a watermark sweep's answers: `watermark:<partition>:<ms>`
+(runtime/tasks/headers.py)."""
 
 INPUT_TYPES: dict[str, type[Event]] = {
     "intent": IntentEvent,

@@ -304,7 +304,7 @@ def expire_overdue(
     INTENT_NEVER_ARRIVED). With `all_topics` (the runtime's partition watermark), also the
     writes that wait on another topic: intents and acks waiting for the grant of their fence
     (on the resumes topic), re-arms waiting for their failure (on the acks topic). The runtime
-    reads a partition's three topics in event-time order (`runtime/ordering.py`), so once its
+    reads a partition's three topics in event-time order (`runtime/intake/ordering.py`), so once its
     intents are `PARK_MS` past, so are the others; and a grant is decided before its holder can
     write under it, so a live engine waits on one only for a token it never issued. The fold
     bounds those by the session's own resumes and acks instead (`expire_writes`), so that its

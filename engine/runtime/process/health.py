@@ -1,5 +1,6 @@
 """The process's HTTP endpoints: /metrics (Prometheus), /healthz (liveness: the loop made
-progress) and /readyz (readiness: every assigned task is restored)."""
+progress) and /readyz (readiness: every assigned task is restored, and none of the reasons that
+stop deciding holds: writes refused for ISR starvation first, then a duplicate instance id)."""
 
 from __future__ import annotations
 

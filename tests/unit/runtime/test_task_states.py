@@ -1,4 +1,4 @@
-"""A task's lifecycle (engine/runtime/task_state.py): every illegal move raises and changes
+"""A task's lifecycle (engine/runtime/tasks/state.py): every illegal move raises and changes
 nothing; every legal move resets what the target state must not carry, in one place."""
 
 from __future__ import annotations
