@@ -36,6 +36,11 @@ Holders = Callable[[Settings, str, float], list[str]]
 """(settings, own incarnation, timeout) -> client ids of the other live holders of the id."""
 
 
+def no_holders(settings: Settings, incarnation: str, timeout_s: float) -> list[str]:
+    """`Holders` of clients that share no group with another process (injected test clients)."""
+    return []
+
+
 def new_incarnation() -> str:
     return uuid.uuid4().hex[:12]
 
