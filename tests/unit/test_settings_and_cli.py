@@ -127,7 +127,8 @@ def test_settings_env_gives_load_settings_every_field_back() -> None:
     assert "RECONCILER_LATENCY_TRACE_PATH" not in env  # None: left at its default
     fields = {name for name in Settings.model_fields if name != "kafka"}
     assert {f"RECONCILER_{name.upper()}" for name in fields} - set(env) == {
-        "RECONCILER_LATENCY_TRACE_PATH"
+        "RECONCILER_LATENCY_TRACE_PATH",
+        "RECONCILER_REPLICATION_FACTOR",  # None: the cluster's default.replication.factor
     }
 
 
