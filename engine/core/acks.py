@@ -345,13 +345,8 @@ def _apply_evidence(
             )
         return state, REASON_ACCEPTED  # a failure of an earlier attempt says nothing of this one
     if event.outcome is OUTCOME_COMMITTED and count is not None and 0 < count < n:
-        new_slot = replace(slot, partial_seen=True)
-        return (
-            replace(
-                state, slot=new_slot, health=HEALTH_AMBIGUOUS, health_reason=REASON_PARTIAL_COMMIT
-            ),
-            REASON_PARTIAL_COMMIT,
-        )
+        state = _at_least_ambiguous(state, REASON_PARTIAL_COMMIT)
+        return replace(state, slot=replace(slot, partial_seen=True)), REASON_PARTIAL_COMMIT
     if event.outcome is OUTCOME_COMMITTED and count == 0:
         event = replace(event, outcome=OUTCOME_NOT_WRITTEN)
     if event.outcome is OUTCOME_COMMITTED:
@@ -368,7 +363,7 @@ def _apply_evidence(
         if slot.status in UNRESOLVED:
             update["status"] = SLOT_COMMITTED
         if slot.not_written:
-            state = replace(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_AMBIGUOUS)
+            state = _at_least_ambiguous(state, REASON_AMBIGUOUS)
             return replace(state, slot=replace(slot, **update)), REASON_AMBIGUOUS
         if tail_lost_batch(slot, event):
             # The batch was written, and the store saw it gone or followed since: "do not
@@ -382,7 +377,15 @@ def _apply_evidence(
     if event.outcome is OUTCOME_NOT_WRITTEN:
         new_slot = replace(slot, not_written=True)
         if slot.committed_by_store or slot.committed_by_runner:
-            state = replace(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_AMBIGUOUS)
+            state = _at_least_ambiguous(state, REASON_AMBIGUOUS)
             return replace(state, slot=new_slot), REASON_AMBIGUOUS
         return replace(state, slot=new_slot), REASON_ACCEPTED
     return state, REASON_ACCEPTED
+
+
+def _at_least_ambiguous(state: SessionState, reason: Reason) -> SessionState:
+    """Evidence that contradicts itself makes a session AMBIGUOUS, never less than it was: a
+    VIOLATED session (a duplicate already happened) keeps its health and its reason."""
+    if state.health is HEALTH_VIOLATED:
+        return state
+    return replace(state, health=HEALTH_AMBIGUOUS, health_reason=reason)

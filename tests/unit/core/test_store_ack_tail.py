@@ -155,3 +155,29 @@ def test_an_already_ambiguous_session_is_not_alerted_twice() -> None:
     )
     assert [x.reason for x in decisions[1:]] == [Reason.HISTORY_CHANGED] * 2
     assert [x.alert for x in decisions[1:]] == [True, False]
+
+
+def test_contradicting_evidence_never_clears_a_violation() -> None:
+    """A partial commit, or COMMITTED and NOT_WRITTEN for one batch, makes a session AMBIGUOUS;
+    on a VIOLATED session (a duplicate already happened) it keeps VIOLATED and its reason, so
+    the operator's repair still starts from the duplicate, and no second alert is raised."""
+    opened = fold(None, intent("e1", BATCH, BEFORE, binding=UNSTABLE), 0).state
+    violated = replace(opened, health=Health.VIOLATED, health_reason=Reason.LATE_APPEND)
+    runner = AckSource.RUNNER
+    committed = ack("a1", AckOutcome.COMMITTED, source=runner)
+    not_written = ack("a2", AckOutcome.NOT_WRITTEN, source=runner)
+    histories = {
+        "partial": [ack("a3", AckOutcome.COMMITTED, source=runner, count=1)],
+        "committed, then not written": [committed, not_written],
+    }
+    for name, acks in histories.items():
+        state = violated
+        for n, event in enumerate(acks, start=1):
+            result = fold(state, event, n)
+            assert not any(x.alert for x in result.decisions), name
+            state = result.state
+        assert (state.health, state.health_reason) == (Health.VIOLATED, Reason.LATE_APPEND), name
+        clear = opened
+        for n, event in enumerate(acks, start=1):
+            clear = fold(clear, event, n).state
+        assert clear.health is Health.AMBIGUOUS, name  # the same evidence on a clear session
