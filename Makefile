@@ -100,10 +100,11 @@ bench: setup $(QUIX_VENV)/.installed
 java-runner: setup
 	$(PY) -m tools.java_runner build
 
-## test: lint, type-check, the deploy checks, and the whole suite against a real broker it
+## test: lint, type-check and the deploy checks beside the compiled build, then the whole suite:
+## the tests that need no broker on two workers, then the Kafka ones against a real broker it
 ## starts (and stops).
-test: setup
-	bash tools/test.sh
+test: $(STAMP)
+	SETUP_CMD="$(MAKE) --no-print-directory setup PURE=$(PURE)" bash tools/test.sh
 
 ## test-deploy: helm lint/template + Kubernetes schema validation of the chart, promtool checks
 ## and unit tests of the alert rules. Installs Helm, kubernetes-validate (and, as root, Debian's
