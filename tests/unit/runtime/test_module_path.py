@@ -25,6 +25,11 @@ The path is the modules of the hand-offs in order, consecutive repeats collapsed
 2. nothing called inside a hand-off enters a module that an earlier hand-off was in: a module
    never hands the input back upstream behind the driver's back.
 
+The modules a hand-off calls belong to it (the `-s` print lists them in brackets). Some serve
+two hand-offs, which a flat list of every module entered would count as a return:
+intake/ingest.py decodes the record for the intake and names the event's kind for step 2's
+metrics; commit/commit.py takes step 2's outputs and then runs steps 3-6 for the committer.
+
 The profiler sees only interpreted code, and `make setup` compiles some runtime modules (the
 intake's decode and order buffer), which then call each other natively. The path is a property
 of the sources, so each trace runs in a child process with `RECONCILER_PURE=1`:
