@@ -101,7 +101,7 @@ class Loop:
         try:
             with self.steps.guard(f"{Step.FOLD} fold"):
                 self.intake.take(messages)
-                batch = self.parts.order.ready(consumed, self.drained, self.intake.batch)
+                batch = self.intake.release(consumed, self.drained, self.intake.batch)
                 self.intake.prefetch(batch)
                 self.steps.mark("released")
                 self.more = len(batch) >= self.intake.batch
@@ -117,7 +117,7 @@ class Loop:
         due_at = self._due_at()
         for n, record in enumerate(batch):
             if time.monotonic() >= due_at:
-                self.parts.order.put_back(batch[n:])
+                self.intake.put_back(batch[n:])
                 return True
             self.fold_step.handle(self.txns, record)
             if due_at == math.inf:
@@ -156,13 +156,13 @@ class Loop:
         deadline must not let the loop read on unbounded)."""
         started, folded = time.monotonic(), 0
         room = self.parts.settings.commit_max_events
-        order, steps = self.parts.order, self.steps
+        intake, steps = self.intake, self.steps
         try:
             while self.txns.worker_busy() and folded < room:
-                batch = order.ready(time.monotonic(), self.drained, FOLD_AHEAD_CHUNK)
+                batch = intake.release(time.monotonic(), self.drained, FOLD_AHEAD_CHUNK)
                 if batch:
                     with steps.guard(f"{Step.FOLD} fold ahead"):
-                        self.intake.prefetch(batch)
+                        intake.prefetch(batch)
                         steps.mark("released")
                         for record in batch:
                             self.fold_step.handle(self.txns, record)

@@ -102,6 +102,15 @@ class Intake:
             )
         log.warning("consumer error (librdkafka retries): %s", error)
 
+    def release(self, now: float, drained: bool, limit: int) -> list[Buffered[Consumed]]:
+        """What the order buffer releases, up to `limit` (ordering.py): the loop takes records
+        from the intake alone, so one input goes intake -> fold -> commit and never back."""
+        return self.parts.order.ready(now, drained, limit)
+
+    def put_back(self, records: list[Buffered[Consumed]]) -> None:
+        """Released records the open transaction had no room for wait again, in order."""
+        self.parts.order.put_back(records)
+
     def prefetch(self, batch: list[Buffered[Consumed]]) -> None:
         """One store query per partition for the sessions of the batch (step 2 reads them)."""
         sessions: dict[int, list[str]] = {}
