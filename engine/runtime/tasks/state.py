@@ -43,8 +43,9 @@ class IllegalTaskTransitionError(RuntimeError):
 
 @dataclass
 class Generation:
-    """What one transaction wrote to a task: the changed states, their bytes (encoded at fold:
-    isolation), their park deadlines, step 3's records and how many inputs it folded."""
+    """What one transaction wrote to a task: the changed states, their bytes (encoded once,
+    at step 3; at fold only for a session whose state once failed to encode there, and for an
+    expiry's answer), their park deadlines, step 3's records and how many inputs it folded."""
 
     states: dict[str, SessionState] = field(default_factory=dict)
     encoded: dict[str, bytes] = field(default_factory=dict)

@@ -40,6 +40,20 @@ class InputFailedError(Exception):
         self.cause = cause
 
 
+class StateEncodeError(Exception):
+    """Step 3 could not encode the state of `session_id` (what the open transaction folded
+    into it): the transaction must abort, and its inputs are folded again with that session's
+    state encoded input by input, so that the one input that breaks it is dead-lettered."""
+
+    def __init__(self, partition: int, session_id: str, cause: Exception) -> None:
+        super().__init__(
+            f"task {partition}: the state of session {session_id[:200]!r} cannot be encoded "
+            f"({type(cause).__name__}: {cause}); its inputs are folded again one by one and the "
+            "input that breaks it is dead-lettered"
+        )
+        self.partition, self.session_id, self.cause = partition, session_id, cause
+
+
 class PartitionTask:
     """Invariants: `cache` (the open generation's states) holds exactly the states changed
     since the last commit (step 6); `committed` holds only states equal to what the local
@@ -54,6 +68,10 @@ class PartitionTask:
     ) -> None:
         self.partition, self.store, self.state = partition, store, state
         self.committed = ReadCache(read_cache_bytes)
+        # Sessions whose state failed to encode at step 3: their state is encoded at every
+        # fold instead (the old isolation), so the input that breaks it fails alone. Kept
+        # across the abort that follows; a session leaves it once its state was persisted.
+        self.encode_each_input: set[str] = set()
         self._drop_uncommitted(load=state is TaskState.RUNNING)
 
     def _drop_uncommitted(self, *, load: bool = True) -> None:
@@ -143,26 +161,32 @@ class PartitionTask:
     ) -> tuple[SessionState | None, tuple[Decision, ...], list[bytes]]:
         """Step 2: fold one event; returns the state before it, the decisions and their bytes.
 
-        All or nothing per input: if folding, encoding the new state or encoding a decision
-        raises, the task is unchanged and the caller dead-letters this one input. (Reading
-        the stored state can raise too: that is the local store's failure, not the input's.)
+        All or nothing per input: if folding or encoding a decision raises, the task is
+        unchanged and the caller dead-letters this one input. (Reading the stored state can
+        raise too: that is the local store's failure, not the input's.) The new state is
+        encoded once per transaction, at step 3 (`changelog_records`): states are immutable,
+        so the one kept here is this input's alone. A session whose state once failed to
+        encode there is encoded here, at every input, until it is persisted again.
         """
-        before = self.state_of(event.session_id)
+        session_id = event.session_id
+        before = self.state_of(session_id)
+        generation = self.open
         try:
             result = fold(before, event, offset)
             after = result.state
-            state_bytes = encode_state(after)
             payloads = [encode(decision) for decision in result.decisions]
+            if self.encode_each_input and session_id in self.encode_each_input:
+                generation.encoded[session_id] = encode_state(after)
+            elif generation.encoded:
+                generation.encoded.pop(session_id, None)  # an expiry's bytes: stale now
         except Exception as exc:
             raise InputFailedError(exc) from exc
         since = self._pending_since(before, after, event.event_time_ms)
-        generation = self.open
-        generation.states[event.session_id] = after
-        generation.encoded[event.session_id] = state_bytes
-        self.since[event.session_id] = since
+        generation.states[session_id] = after
+        self.since[session_id] = since
         generation.folded += 1
         self.watermark = advance(self.watermark, event)
-        self._track_deadline(event.session_id, park_deadline(after))
+        self._track_deadline(session_id, park_deadline(after))
         return before, result.decisions, payloads
 
     def _track_deadline(self, session_id: str, deadline: int | None) -> None:
@@ -236,13 +260,23 @@ class PartitionTask:
         return at_ms
 
     def changelog_records(self) -> list[StoreWrite]:
-        """Step 3: one record per changed session (kept for step 6, encoded once)."""
+        """Step 3: one record per changed session (kept for step 6), each state encoded here,
+        once per transaction. Raises `StateEncodeError` (the transaction must abort) for a
+        state that cannot be encoded; that session is then encoded at every fold."""
         watermark = None if self.watermark == NO_WATERMARK else self.watermark
         generation, since = self.open, self.since
+        encoded = generation.encoded
+        for sid, state in generation.states.items():
+            if sid not in encoded:
+                try:
+                    encoded[sid] = encode_state(state)
+                except Exception as exc:
+                    self.encode_each_input.add(sid)
+                    raise StateEncodeError(self.partition, sid, exc) from exc
         generation.writes = [
             StoreWrite(
                 sid,
-                generation.encoded[sid],
+                encoded[sid],
                 state.slot.status.value if since.get(sid) is not None and state.slot else None,
                 since.get(sid),
                 None if state.health is Health.CLEAR else state.health.value,
@@ -284,6 +318,8 @@ class PartitionTask:
             self.committed.remember(session_id, state, sizes.get(session_id, 0))
             if session_id not in self.open.states:
                 self.since.pop(session_id, None)
+        if self.encode_each_input:
+            self.encode_each_input.difference_update(sealed.states)
         self.sealed = Generation()
         self._prefetched.clear()  # the store has changed
         self.changelog_high = -1
