@@ -200,6 +200,11 @@ class PartitionTask:
     def watermark_source(self) -> str:
         return watermark_source(self.partition, self.watermark)
 
+    def overdue(self) -> bool:
+        """Some parked resume's deadline is at or behind the watermark (`expire_overdue`)."""
+        deadline = self._next_deadline
+        return deadline is not None and deadline <= self.watermark
+
     def expire_overdue(
         self, encode: Callable[[Decision], bytes] = lambda d: b""
     ) -> list[tuple[Decision, bytes]]:
@@ -210,7 +215,7 @@ class PartitionTask:
         inputs, not on where a consumed batch happened to end.
         """
         watermark = self.watermark
-        if self._next_deadline is None or self._next_deadline > watermark:
+        if not self.overdue():
             return []
         due = set(self.store.parked_due(watermark, after=self._swept))
         self._swept = watermark
