@@ -115,8 +115,7 @@ class FoldStep:
         commit.event_times.append(event.event_time_ms)
         if parts.trace is not None:
             parts.trace.folded((topic, partition, offset), event.session_id)
-        if task.overdue():
-            self._answer_overdue(commit, task)
+        self._answer_overdue(commit, task)
 
     def _answer_overdue(self, commit: Commit, task: PartitionTask) -> None:
         """Parked resumes the partition's intents watermark has passed get their final answer

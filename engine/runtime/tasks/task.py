@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 from engine.core.events import Decision, Event
 from engine.core.fold import fold
-from engine.core.state import UNRESOLVED, Health, SessionState
+from engine.core.state import UNRESOLVED, SessionState
 from engine.core.watermark import NO_WATERMARK, advance, expire, park_deadline
 from engine.runtime.tasks.headers import watermark_source
 from engine.runtime.tasks.read_cache import READ_CACHE_BYTES, ReadCache
@@ -23,6 +23,7 @@ from engine.runtime.tasks.state import (
     LEGAL,
     Generation,
     IllegalTaskTransitionError,
+    StateEncodeError,
     TaskState,
     TaskStateError,
 )
@@ -40,20 +41,6 @@ class InputFailedError(Exception):
         self.cause = cause
 
 
-class StateEncodeError(Exception):
-    """Step 3 could not encode the state of `session_id` (what the open transaction folded
-    into it): the transaction must abort, and its inputs are folded again with that session's
-    state encoded input by input, so that the one input that breaks it is dead-lettered."""
-
-    def __init__(self, partition: int, session_id: str, cause: Exception) -> None:
-        super().__init__(
-            f"task {partition}: the state of session {session_id[:200]!r} cannot be encoded "
-            f"({type(cause).__name__}: {cause}); its inputs are folded again one by one and the "
-            "input that breaks it is dead-lettered"
-        )
-        self.partition, self.session_id, self.cause = partition, session_id, cause
-
-
 class PartitionTask:
     """Invariants: `cache` (the open generation's states) holds exactly the states changed
     since the last commit (step 6); `committed` holds only states equal to what the local
@@ -68,9 +55,7 @@ class PartitionTask:
     ) -> None:
         self.partition, self.store, self.state = partition, store, state
         self.committed = ReadCache(read_cache_bytes)
-        # Sessions whose state failed to encode at step 3: their state is encoded at every
-        # fold instead (the old isolation), so the input that breaks it fails alone. Kept
-        # across the abort that follows; a session leaves it once its state was persisted.
+        # Sessions whose state failed to encode at step 3, encoded at every fold until persisted.
         self.encode_each_input: set[str] = set()
         self._drop_uncommitted(load=state is TaskState.RUNNING)
 
@@ -163,10 +148,8 @@ class PartitionTask:
 
         All or nothing per input: if folding or encoding a decision raises, the task is
         unchanged and the caller dead-letters this one input. (Reading the stored state can
-        raise too: that is the local store's failure, not the input's.) The new state is
-        encoded once per transaction, at step 3 (`changelog_records`): states are immutable,
-        so the one kept here is this input's alone. A session whose state once failed to
-        encode there is encoded here, at every input, until it is persisted again.
+        raise too: that is the local store's failure, not the input's.) States are immutable
+        and encoded at step 3, except a session's in `encode_each_input`, encoded here.
         """
         session_id = event.session_id
         before = self.state_of(session_id)
@@ -200,11 +183,6 @@ class PartitionTask:
     def watermark_source(self) -> str:
         return watermark_source(self.partition, self.watermark)
 
-    def overdue(self) -> bool:
-        """Some parked resume's deadline is at or behind the watermark (`expire_overdue`)."""
-        deadline = self._next_deadline
-        return deadline is not None and deadline <= self.watermark
-
     def expire_overdue(
         self, encode: Callable[[Decision], bytes] = lambda d: b""
     ) -> list[tuple[Decision, bytes]]:
@@ -215,7 +193,7 @@ class PartitionTask:
         inputs, not on where a consumed batch happened to end.
         """
         watermark = self.watermark
-        if not self.overdue():
+        if self._next_deadline is None or self._next_deadline > watermark:
             return []
         due = set(self.store.parked_due(watermark, after=self._swept))
         self._swept = watermark
@@ -265,32 +243,13 @@ class PartitionTask:
         return at_ms
 
     def changelog_records(self) -> list[StoreWrite]:
-        """Step 3: one record per changed session (kept for step 6), each state encoded here,
-        once per transaction. Raises `StateEncodeError` (the transaction must abort) for a
-        state that cannot be encoded; that session is then encoded at every fold."""
+        """Step 3: one record per changed session (kept for step 6), its state encoded now."""
         watermark = None if self.watermark == NO_WATERMARK else self.watermark
-        generation, since = self.open, self.since
-        encoded = generation.encoded
-        for sid, state in generation.states.items():
-            if sid not in encoded:
-                try:
-                    encoded[sid] = encode_state(state)
-                except Exception as exc:
-                    self.encode_each_input.add(sid)
-                    raise StateEncodeError(self.partition, sid, exc) from exc
-        generation.writes = [
-            StoreWrite(
-                sid,
-                encoded[sid],
-                state.slot.status.value if since.get(sid) is not None and state.slot else None,
-                since.get(sid),
-                None if state.health is Health.CLEAR else state.health.value,
-                generation.deadlines[sid],
-                watermark,
-            )
-            for sid, state in generation.states.items()
-        ]
-        return generation.writes
+        try:
+            return self.open.records(self.since, watermark, encode_state)
+        except StateEncodeError as failed:
+            self.encode_each_input.add(failed.session_id)
+            raise
 
     def persist(self) -> None:
         """Step 6: after the commit, the write cache and its changelog offset go to the store
