@@ -70,22 +70,25 @@ class FoldStep:
 
     def __init__(self, parts: Parts) -> None:
         self.parts = parts
+        # Looked up once, not per input: `parts.topics` builds its names on every call.
+        self.decisions_topic = parts.topics.decisions
 
     def handle(self, txn: Transactions, record: Buffered[Consumed]) -> None:
         message, outcome = record.item
         topic, partition, offset = record.topic, record.partition, record.offset
-        task = self.parts.owned.claim(topic, partition, offset)
+        parts = self.parts
+        task = parts.owned.claim(topic, partition, offset)
         if task is None:
             return
         if not txn.open:
-            txn.partitions = tuple(self.parts.owned.tasks)  # for the watchdog's report
+            txn.partitions = tuple(parts.owned.tasks)  # for the watchdog's report
         commit = txn.for_outputs()
         if isinstance(outcome, Rejected):
             self._dead_letter(commit, message, outcome)
             return
         event: Event = outcome
         try:
-            _, decisions, payloads = task.fold(event, offset, self.parts.codec.encode)
+            _, decisions, payloads = task.fold(event, offset, parts.codec.encode)
         except InputFailedError as failed:
             # No single input may stop a partition: dead-letter it (with the exception class)
             # and go on; the session's state is as it was before this input.
@@ -97,23 +100,21 @@ class FoldStep:
                 offset,
                 failed,
             )
-            self._dead_letter(commit, message, self.parts.ingest.failed(message, failed.cause))
+            self._dead_letter(commit, message, parts.ingest.failed(message, failed.cause))
             return
-        self.parts.metrics.count_fold(topic, self.parts.ingest.kind_of(event), decisions)
+        parts.metrics.count_fold(topic, parts.ingest.kind_of(event), decisions)
         where = f"{topic}/{partition}/{offset}"
-        _log_for_operator(event, decisions, where)
-        source = where.encode()
+        if isinstance(event, RepairEvent) or any(d.alert for d in decisions):
+            _log_for_operator(event, decisions, where)
+        headers = [("source", where.encode())]
+        produce, decisions_topic = commit.produce, self.decisions_topic
         for decision, payload in zip(decisions, payloads, strict=True):
-            commit.produce(
-                self.parts.topics.decisions,
-                decision.session_id.encode(),
-                payload,
-                Step.FOLD,
-                headers=[("source", source)],
+            produce(
+                decisions_topic, decision.session_id.encode(), payload, Step.FOLD, headers=headers
             )
         commit.event_times.append(event.event_time_ms)
-        if self.parts.trace is not None:
-            self.parts.trace.folded((topic, partition, offset), event.session_id)
+        if parts.trace is not None:
+            parts.trace.folded((topic, partition, offset), event.session_id)
         self._answer_overdue(commit, task)
 
     def _answer_overdue(self, commit: Commit, task: PartitionTask) -> None:
@@ -127,7 +128,7 @@ class FoldStep:
         _log_alerts((d for d, _ in expired), source)
         for decision, payload in expired:
             commit.produce(
-                self.parts.topics.decisions,
+                self.decisions_topic,
                 decision.session_id.encode(),
                 payload,
                 Step.FOLD,

@@ -27,6 +27,7 @@ from engine.runtime.commit.errors import AbortableError, RejoinError
 from engine.runtime.commit.protocol import Step
 from engine.runtime.commit.status import TERMINAL, CommitStatus, check
 from engine.runtime.tasks.headers import pending_header
+from engine.runtime.tasks.state import StateEncodeError
 from engine.runtime.tasks.task import PartitionTask
 
 log = logging.getLogger("reconciler.engine")
@@ -136,7 +137,12 @@ class Commit:
             # Only the last record reports its offset: the idempotent producer delivers one
             # partition in order, so it is the highest (a callback per record cost more than
             # the record's produce).
-            writes = task.changelog_records()
+            try:
+                writes = task.changelog_records()
+            except StateEncodeError as exc:
+                # Aborted, its inputs are read again; the task then encodes that session at
+                # every fold, so the one input that breaks its state is dead-lettered alone.
+                raise AbortableError(f"step {Step.CHANGELOG}: {exc}") from exc
             last = len(writes) - 1
             for n, write in enumerate(writes):
                 self.produce(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 from engine.core.events import Decision, Event
 from engine.core.fold import fold
-from engine.core.state import UNRESOLVED, Health, SessionState
+from engine.core.state import UNRESOLVED, SessionState
 from engine.core.watermark import NO_WATERMARK, advance, expire, park_deadline
 from engine.runtime.tasks.headers import watermark_source
 from engine.runtime.tasks.read_cache import READ_CACHE_BYTES, ReadCache
@@ -23,6 +23,7 @@ from engine.runtime.tasks.state import (
     LEGAL,
     Generation,
     IllegalTaskTransitionError,
+    StateEncodeError,
     TaskState,
     TaskStateError,
 )
@@ -54,6 +55,8 @@ class PartitionTask:
     ) -> None:
         self.partition, self.store, self.state = partition, store, state
         self.committed = ReadCache(read_cache_bytes)
+        # Sessions whose state failed to encode at step 3, encoded at every fold until persisted.
+        self.encode_each_input: set[str] = set()
         self._drop_uncommitted(load=state is TaskState.RUNNING)
 
     def _drop_uncommitted(self, *, load: bool = True) -> None:
@@ -143,26 +146,30 @@ class PartitionTask:
     ) -> tuple[SessionState | None, tuple[Decision, ...], list[bytes]]:
         """Step 2: fold one event; returns the state before it, the decisions and their bytes.
 
-        All or nothing per input: if folding, encoding the new state or encoding a decision
-        raises, the task is unchanged and the caller dead-letters this one input. (Reading
-        the stored state can raise too: that is the local store's failure, not the input's.)
+        All or nothing per input: if folding or encoding a decision raises, the task is
+        unchanged and the caller dead-letters this one input. (Reading the stored state can
+        raise too: that is the local store's failure, not the input's.) States are immutable
+        and encoded at step 3, except a session's in `encode_each_input`, encoded here.
         """
-        before = self.state_of(event.session_id)
+        session_id = event.session_id
+        before = self.state_of(session_id)
+        generation = self.open
         try:
             result = fold(before, event, offset)
             after = result.state
-            state_bytes = encode_state(after)
             payloads = [encode(decision) for decision in result.decisions]
+            if self.encode_each_input and session_id in self.encode_each_input:
+                generation.encoded[session_id] = encode_state(after)
+            elif generation.encoded:
+                generation.encoded.pop(session_id, None)  # an expiry's bytes: stale now
         except Exception as exc:
             raise InputFailedError(exc) from exc
         since = self._pending_since(before, after, event.event_time_ms)
-        generation = self.open
-        generation.states[event.session_id] = after
-        generation.encoded[event.session_id] = state_bytes
-        self.since[event.session_id] = since
+        generation.states[session_id] = after
+        self.since[session_id] = since
         generation.folded += 1
         self.watermark = advance(self.watermark, event)
-        self._track_deadline(event.session_id, park_deadline(after))
+        self._track_deadline(session_id, park_deadline(after))
         return before, result.decisions, payloads
 
     def _track_deadline(self, session_id: str, deadline: int | None) -> None:
@@ -236,22 +243,13 @@ class PartitionTask:
         return at_ms
 
     def changelog_records(self) -> list[StoreWrite]:
-        """Step 3: one record per changed session (kept for step 6, encoded once)."""
+        """Step 3: one record per changed session (kept for step 6), its state encoded now."""
         watermark = None if self.watermark == NO_WATERMARK else self.watermark
-        generation, since = self.open, self.since
-        generation.writes = [
-            StoreWrite(
-                sid,
-                generation.encoded[sid],
-                state.slot.status.value if since.get(sid) is not None and state.slot else None,
-                since.get(sid),
-                None if state.health is Health.CLEAR else state.health.value,
-                generation.deadlines[sid],
-                watermark,
-            )
-            for sid, state in generation.states.items()
-        ]
-        return generation.writes
+        try:
+            return self.open.records(self.since, watermark, encode_state)
+        except StateEncodeError as failed:
+            self.encode_each_input.add(failed.session_id)
+            raise
 
     def persist(self) -> None:
         """Step 6: after the commit, the write cache and its changelog offset go to the store
@@ -284,6 +282,8 @@ class PartitionTask:
             self.committed.remember(session_id, state, sizes.get(session_id, 0))
             if session_id not in self.open.states:
                 self.since.pop(session_id, None)
+        if self.encode_each_input:
+            self.encode_each_input.difference_update(sealed.states)
         self.sealed = Generation()
         self._prefetched.clear()  # the store has changed
         self.changelog_high = -1

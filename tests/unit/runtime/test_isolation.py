@@ -13,12 +13,14 @@ from msgspec.structs import replace
 
 from engine.core import fold as fold_module
 from engine.core.events import AnswerSuffix, Decision, Event
+from engine.core.state import SessionState
+from engine.runtime.tasks import state_codec
 from engine.runtime.tasks import task as task_module
 from engine.settings import Settings
 from engine.wire import DeadLetter, DecodeReason, RecordType
 from engine.wire.dead_letter import EXCERPT_BYTES
 from tests.integration.engine_harness import CODEC
-from tests.unit.runtime.fakes import FakeBroker, Faults
+from tests.unit.runtime.fakes import Crash, FakeBroker, Faults
 from tests.unit.runtime.test_faults import EVENTS, PARTITIONS, _broker, _run_until_done, _settings
 
 
@@ -110,3 +112,70 @@ def test_huge_records_get_a_bounded_dead_letter(tmp_path: Path) -> None:
     assert key_letter.key_sha256 == hashlib.sha256(big_key).hexdigest()
     for letter in (value_letter, key_letter):
         assert len(CODEC.encode(letter)) < 4 * EXCERPT_BYTES
+
+
+def _victim_with_a_later_input() -> Event:
+    """An intent whose session has more inputs after it (they fold on the state before it)."""
+    for event in EVENTS:
+        if event.event_id.endswith("/e1"):
+            return event
+    raise AssertionError("the workload has no intent")
+
+
+def test_a_state_that_fails_to_encode_at_step_3_dead_letters_only_the_input_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """States are encoded once per transaction, at step 3. One that cannot be encoded aborts
+    that transaction; folded again, its session is encoded input by input, so exactly the
+    input that broke it is dead-lettered and every other input, of its session too, is
+    answered once (the aborted transaction's outputs never became visible)."""
+    settings = _settings(tmp_path)
+    victim = _victim_with_a_later_input()
+    real = state_codec.encode_state
+    calls: Counter[str] = Counter()
+
+    def encode_state(state: SessionState) -> bytes:
+        calls[state.session_id] += 1
+        if broker.aborts > 1:  # aborting again and again: end the process (bounded run)
+            raise Crash("step 3 failed again after the abort")
+        if victim.event_id in state.recent_event_ids:
+            raise OverflowError("a field beyond its Avro range")
+        return real(state)
+
+    monkeypatch.setattr(task_module, "encode_state", encode_state)
+    broker = _broker(settings, Faults())
+    assert _run_until_done(settings, broker) == 1
+    decided = _decided(broker, settings)
+    answered = {decision_id.removesuffix(AnswerSuffix.FINAL) for decision_id in decided}
+    assert answered == {e.event_id for e in EVENTS} - {victim.event_id}
+    assert max(decided.values()) == 1
+    assert broker.aborts == 1, "one abort: the transaction whose step 3 failed"
+    (letter,) = _letters(broker, settings)
+    assert letter.reason is DecodeReason.PROCESSING_FAILED
+    assert letter.detail.startswith("OverflowError: a field beyond its Avro range")
+    assert letter.value == CODEC.encode(victim)
+    later = [e for e in EVENTS if e.session_id == victim.session_id and e != victim]
+    assert later, "the victim's session has other inputs, answered on the state before it"
+    assert calls[victim.session_id] >= 2, "encoded at step 3, then again input by input"
+
+
+def test_a_state_is_encoded_once_per_transaction_not_once_per_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every changelog record's bytes come from one encode at step 3; a session folded many
+    times in one transaction is encoded once (the workload fits one transaction per batch)."""
+    settings = _settings(tmp_path)
+    real = state_codec.encode_state
+    encodes = 0
+
+    def encode_state(state: SessionState) -> bytes:
+        nonlocal encodes
+        encodes += 1
+        return real(state)
+
+    monkeypatch.setattr(task_module, "encode_state", encode_state)
+    broker = _broker(settings, Faults())
+    assert _run_until_done(settings, broker) == 1
+    changelog = sum(len(broker.log(settings.topics.changelog, p)) for p in range(PARTITIONS))
+    assert encodes == changelog
+    assert encodes < len(EVENTS)
