@@ -16,6 +16,7 @@ from engine.runtime.commit.errors import AbortableError, RejoinError
 from engine.runtime.commit.protocol import Step
 from engine.runtime.commit.transaction import CALL_TIMEOUT_S, Transactions
 from engine.runtime.parts import Parts
+from engine.runtime.tasks.corrupt import StoreCorruptedError
 
 log = logging.getLogger("reconciler.engine")
 
@@ -85,6 +86,9 @@ class Committer:
             self.finish()
         except (RejoinError, KafkaException) as exc:  # KafkaException: the abort's rewind
             log.error("the commit in flight failed in a rebalance, rejoining: %s", exc)
+            self.parts.flags.rejoin_requested = True
+        except StoreCorruptedError as exc:  # committed; a rebuild inside a callback: rejoin
+            log.error("step 6 of the commit in flight in a rebalance, rejoining: %s", exc)
             self.parts.flags.rejoin_requested = True
 
     def _changelog(self, commit: Commit) -> None:
