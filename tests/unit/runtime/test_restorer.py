@@ -92,7 +92,7 @@ def test_restore_reads_a_bounded_batch_per_iteration_and_runs_at_the_end(tmp_pat
     assert task.store.count() == 5 * BATCH + 3
     assert task.store.changelog_offset() == 5 * BATCH + 2
     assert not _inputs(loop, 0) & consumer.paused, "its inputs resume at A3"
-    assert engine.metrics.restoring == ()
+    assert not engine.metrics.restoring
     assert loop.restorer.reader is None, "the reader is closed once nobody restores"
     assert engine.metrics.registry.get_sample_value("reconciler_restore_seconds_count") == 2
     engine._close(loop)
