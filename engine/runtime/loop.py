@@ -113,7 +113,9 @@ class Loop:
         started = time.monotonic()
         self.steps.mark("poll")
         with self.steps.guard("poll"):
-            messages, self.drained = self.intake.consume(0.0 if self.more else self.wait_s)
+            # while tasks restore, the restore step's read is the iteration's wait
+            busy = self.more or bool(self.restorer.restores)
+            messages, self.drained = self.intake.consume(0.0 if busy else self.wait_s)
         consumed = time.monotonic()
         self.steps.mark("consumed")
         self.parts.metrics.stage_seconds.labels(stage="consume_wait").observe(consumed - started)

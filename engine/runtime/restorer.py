@@ -100,7 +100,7 @@ class Restorer:
                 self._start(restoring)
             reading = any(r.reading for r in self.restores.values())
             messages = self._reader().read(RESTORE_BATCH, wait_s) if reading else []
-        self._apply(messages)
+            self._apply(messages)
         now = time.monotonic()
         for p, restoring in self.restores.items():
             if now - restoring.progressed > RESTORE_STALL_S:
