@@ -16,6 +16,7 @@ from engine.runtime.engine import Engine
 from engine.runtime.loop import Loop
 from engine.runtime.tasks.state import TaskState
 from engine.runtime.tasks.store import LocalStore
+from engine.runtime.tasks.task import PartitionTask
 from engine.settings import Settings, load_settings
 from tests.integration.engine_harness import CODEC
 from tests.unit.runtime.fakes import FakeBroker, FakeChangelogReader, FakeClients, FakeConsumer
@@ -160,27 +161,33 @@ def _malformed() -> sqlite3.DatabaseError:
     return error
 
 
-@pytest.mark.parametrize(("where", "nth"), [("get_many", 1), ("apply_lazily", 2), ("count", 2)])
+@pytest.mark.parametrize(
+    ("where", "nth"),
+    [("get_many", 1), ("state_of", 6), ("apply_lazily", 2), ("count", 2)],
+)
 def test_a_store_corrupted_while_running_is_rebuilt_alone(
     where: str, nth: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Partition 0's store fails once, mid-run, in a fold's read, in step 6's write or in the
-    session count: the open transaction is aborted, partition 0 alone is wiped and restored
-    from the changelog, the clients stay (no rejoin), and every input is answered exactly
-    once with the states the replay expects (none lost with the wiped store)."""
+    """Partition 0's store fails once, mid-run: in a batch's prefetch, in a fold's read (the
+    open transaction then holds decisions of partition 0), in step 6's write or in the session
+    count. The open transaction is aborted, partition 0 alone is wiped and restored from the
+    changelog, the clients stay (no rejoin), and every input is answered exactly once with the
+    states the replay expects (none lost with the wiped store)."""
     settings = _settings(tmp_path)
     broker = _broker(settings, changelog_records=0)
-    original = getattr(LocalStore, where)
+    owner = PartitionTask if where == "state_of" else LocalStore
+    original = getattr(owner, where)
     calls = {"n": 0}
 
-    def failing(self: LocalStore, *args: object, **kwargs: object) -> object:
-        if self.path.name == "p0.sqlite":
+    def failing(self: LocalStore | PartitionTask, *args: object, **kwargs: object) -> object:
+        mine = self.partition == 0 if isinstance(self, PartitionTask) else self.path.name
+        if mine in (True, "p0.sqlite"):
             calls["n"] += 1
             if calls["n"] == nth:
                 raise _malformed()
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(LocalStore, where, failing)
+    monkeypatch.setattr(owner, where, failing)
     monkeypatch.setattr("engine.runtime.process.metrics.SESSIONS_INTERVAL_S", 0.0)
     clients = FakeClients(broker)
     engine = Engine(settings, clients=clients)
