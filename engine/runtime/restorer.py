@@ -59,6 +59,7 @@ class Restorer:
         their inputs paused before anything of them is fetched."""
         self.consumer.pause(self.owned.wanted(partitions))
         for p in partitions:
+            self.metrics.task_corrupted.labels(partition=str(p))  # from 0: alerts see the first
             store, wiped = open_store(self._path(p), self._cache_kib())
             task = PartitionTask(p, store, self._read_cache_bytes(), TaskState.CREATED)
             if wiped is not None:
