@@ -22,13 +22,12 @@ from engine.runtime.parts import Parts
 from engine.runtime.tasks.changelog import ChangelogReader
 from engine.runtime.tasks.corrupt import StoreCorruptedError, detecting, open_store, wipe_files
 from engine.runtime.tasks.read_cache import ReadCache
-from engine.runtime.tasks.restore import _store_write
+from engine.runtime.tasks.restore import RESTORE_BATCH, _store_write
 from engine.runtime.tasks.state import TaskState
 from engine.runtime.tasks.store import NO_OFFSET, StoreWrite
 from engine.runtime.tasks.task import PartitionTask
 
 log = logging.getLogger("reconciler.engine")
-RESTORE_BATCH = 5_000  # changelog records one step reads at most
 RESTORE_STALL_S = 45.0
 """A task whose restore applies nothing for this long (an open transaction holding the
 changelog's last stable offset back, a broker that does not answer) rejoins with new clients."""
