@@ -63,13 +63,14 @@ soak: setup
 ## soak-cluster: the three-broker fault tests under load, looped (not part of make test): 20
 ## kill -9s of the transaction coordinator, 5 rolling restarts, 10 partitions of the engine
 ## from a broker's clients for 30 s, then the exactly-once check of each. KILLS=, ROLLS=,
-## PARTITIONS=, PARTITION_S=, RATE= (inputs/s) override.
+## PARTITIONS=, PARTITION_S=, RATE= (inputs/s) override; TEST= (-k) runs one of the three
+## (e.g. TEST=rolling), so the soak can be taken in parts.
 soak-cluster: setup
 	RECONCILER_CLUSTER_KILLS=$${KILLS:-20} RECONCILER_CLUSTER_ROLLS=$${ROLLS:-5} \
 	RECONCILER_CLUSTER_PARTITIONS=$${PARTITIONS:-10} RECONCILER_CLUSTER_PARTITION_S=$${PARTITION_S:-30} \
 	RECONCILER_CLUSTER_RATE=$${RATE:-1000} RECONCILER_CLUSTER_BACKGROUND_RATE=$${RATE:-1000} \
 	bash tools/test.sh -m cluster \
-		tests/integration/test_cluster_engine.py -k "kill_9 or rolling or partitioned" -q -s
+		tests/integration/test_cluster_engine.py -k "$${TEST:-kill_9 or rolling or partitioned}" -q -s
 
 ## soak-core: the lifecycle properties over 100,000 random examples each (no broker; prints
 ## Hypothesis's statistics), the v3 one under six merges of the three topics per program. TEST= narrows it (-k).

@@ -25,6 +25,16 @@ RECONNECT_BACKOFF_MAX_MS = 1_000
 """librdkafka doubles the pause between connection attempts to a broker that is away up to this
 (its default, 10 s, let a client that outlived a broker restart wait up to 10 s more before it
 saw the broker back: a soak restart took 10.2 s so). One attempt a second costs nothing."""
+PRODUCER_IDLE_CLOSE_MS = 1_000
+"""The producer closes a connection that carried nothing for this long (librdkafka's
+`connections.max.idle.ms`; off by default). Why: when the group coordinator's broker leaves the
+metadata (a restart or kill on a cluster), `send_offsets_to_transaction` can wait on the retired
+handle for a broker state change that never comes
+(https://github.com/confluentinc/librdkafka/issues/5511). While it waits the producer sends
+nothing, so its other connections go idle and close after this long: that is a state change,
+the coordinator is looked up again and the call completes instead of being cut by the watchdog
+(a process restart). A busy producer's connections are never idle this long; an idle engine's
+connections reconnect on the next commit (one round trip)."""
 
 
 class ProducerLike(Protocol):
@@ -111,6 +121,7 @@ def producer_config(settings: Settings) -> dict[str, Any]:
             # is still found: a producer that cannot reach it fails its calls, and the rejoin
             # builds new clients from `bootstrap.servers`.
             "metadata.recovery.strategy": "none",
+            "connections.max.idle.ms": PRODUCER_IDLE_CLOSE_MS,
         }
     )
 

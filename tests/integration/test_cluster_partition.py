@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from engine.core.events import Event
 from engine.runtime.commit.fencing import transactional_id
@@ -50,14 +51,18 @@ def test_an_engine_cut_off_from_every_broker_is_fenced_and_the_survivor_takes_ov
     2 x session.timeout.ms and healed. Each time: the survivor holds every partition and
     answers on all of them within TAKE_OVER_S, having fenced the victim's transactional id
     (step A0); after the heal the victim notices it lost its place (fenced or evicted),
-    rejoins, holds partitions again and answers on them within REJOIN_S. At the end every
-    input has exactly one decision, equal to the pure fold's (exactly_once.py).
+    rejoins, holds partitions again and answers on them within REJOIN_S. Then the victim's
+    transactional id is fenced from outside while it runs (a survivor's step A0): it must log
+    a rejoin, hold partitions again and answer. At the end every input has exactly one
+    decision, equal to the pure fold's (exactly_once.py).
 
     Would catch: a victim whose transaction still commits after the heal (decisions twice);
     a survivor that waits for the victim's transaction timeout or never takes over; a victim
     that comes back deciding on the state it had before the cut instead of restoring what
     the survivor changed meanwhile (answers that differ from the replay); a victim that never
-    rejoins after the heal (a stuck client); inputs lost across either hand-over."""
+    rejoins after the heal (a stuck client), or that stops instead of rejoining after a fatal
+    Kafka error (the fenced phase: a cut alone reaches that path only in some runs); inputs lost
+    across either hand-over."""
     direct = cluster.direct_bootstrap
     base = engine_settings(cluster.bootstrap, unique_name, tmp_path / "state")
     victim = base.model_copy(update={"instance_id": "victim", "state_dir": tmp_path / "victim"})
@@ -104,6 +109,24 @@ def test_an_engine_cut_off_from_every_broker_is_fenced_and_the_survivor_takes_ov
                     f"partitions again {rejoined:.1f}s after the heal "
                     f"(answering {time.monotonic() - healed:.1f}s after it)"
                 )
+            # Whether a cut reaches the victim as a fatal error or as a call its watchdog cuts
+            # (a process restart) depends on which call was in flight. The fatal path is made
+            # certain here: its transactional id fenced from outside, as a survivor's step A0
+            # does it, while the victim runs; its next transactional call is refused.
+            rejoins_before = _count(tmp_path / "victim.log", "rejoin #")
+            fenced_at = time.monotonic()
+            _fence(direct, transactional_id(victim))
+            # probes on every partition: the victim has inputs to answer even if traffic ended
+            batch, _ = every_partition_answers(direct, base, "fenced", REJOIN_S)
+            probes += batch
+            _wait_for_line(tmp_path / "victim.log", "rejoin #", rejoins_before, REJOIN_S)
+            wait_for_holders(direct, base, both, REJOIN_S)
+            batch, _ = every_partition_answers(direct, base, "rejoined", REJOIN_S)
+            probes += batch
+            figures.append(
+                f"fenced from outside: the victim rejoined with new clients and every partition "
+                f"answered {time.monotonic() - fenced_at:.1f}s after the fence"
+            )
         inputs = read_inputs(direct, base)
         seen = read_decisions(direct, base, until=len(inputs), timeout_s=180)
         for proc in procs:
@@ -126,3 +149,25 @@ def test_an_engine_cut_off_from_every_broker_is_fenced_and_the_survivor_takes_ov
     victim_log = (tmp_path / "victim.log").read_text()
     noticed = ("rejoining", "rejoin #", "assignment lost", "watchdog")
     assert any(line in victim_log for line in noticed), "the victim never noticed the cut"
+
+
+def _count(log: Path, line: str) -> int:
+    return log.read_text(errors="replace").count(line) if log.exists() else 0
+
+
+def _wait_for_line(log: Path, line: str, seen_before: int, timeout_s: float) -> None:
+    """Until `log` holds `line` more often than `seen_before`."""
+    deadline = time.monotonic() + timeout_s
+    while _count(log, line) <= seen_before:
+        assert time.monotonic() < deadline, f"no new {line!r} in {log.name} in {timeout_s:.0f}s"
+        time.sleep(0.2)
+
+
+def _fence(bootstrap: str, txn_id: str) -> None:
+    """What a second instance with this transactional id does first: bump its epoch, which
+    aborts the owner's open transaction and refuses the owner's next transactional call."""
+    zombie_killer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": txn_id, "log_level": 0}
+    )
+    zombie_killer.init_transactions(30)
+    zombie_killer.flush(5)

@@ -27,3 +27,10 @@ def test_both_clients_retry_a_broker_that_is_away_at_least_once_a_second(tmp_pat
     settings = load_settings(environ={}, state_dir=tmp_path)
     for config in (producer_config(settings), consumer_config(settings)):
         assert config["reconnect.backoff.max.ms"] <= 1_000
+
+
+def test_the_producer_closes_idle_connections_within_the_send_offsets_cut(tmp_path: Path) -> None:
+    """An idle close is the broker state change that ends librdkafka's wait on a retired group
+    coordinator (clients.py): it must come before the watchdog cuts send_offsets (3 + 2 s)."""
+    settings = load_settings(environ={}, state_dir=tmp_path)
+    assert 0 < producer_config(settings)["connections.max.idle.ms"] <= 2_000
