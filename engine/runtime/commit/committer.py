@@ -123,14 +123,16 @@ class Committer:
 
     def _observe(self, commit: Commit) -> None:
         metrics, trace = self.parts.metrics, self.parts.trace
-        now_ms, done = time.time() * 1000, commit.committed_at
+        # Both clocks read together: the trace converts the worker's monotonic times to wall
+        # time by their difference, and any work between the two reads would shift them back
+        # before the commit began (a trace line out of order under load).
+        now_ms, mono, done = time.time() * 1000, time.monotonic(), commit.committed_at
         stage = metrics.stage_seconds
         stage.labels(stage="produce").observe(commit.flushed_at - commit.sealed_at)  # 3, 4
         stage.labels(stage="commit").observe(done - commit.flushed_at)  # offsets, commit
         metrics.commit_seconds.observe(done - commit.sealed_at)
         metrics.observe_decision_latencies(now_ms, commit.event_times)
         if trace is not None:  # the worker's times, not when the loop saw them
-            mono = time.monotonic()
             flushed_ms, done_ms = (now_ms - (mono - t) * 1000 for t in (commit.flushed_at, done))
             trace.committed(flushed_ms, done_ms, sealed=commit.overlapped)
 
