@@ -6,13 +6,14 @@ retriable, abortable, fatal or fencing error, or a call that never returns, at a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from engine.runtime.commit.fencing import FenceReport, fence_previous_owners, transactional_id
-from engine.runtime.tasks.changelog import ChangelogReader, KafkaChangelogReader
+from engine.runtime.tasks.restore import RestoreReport, restore_partitions
+from engine.runtime.tasks.store import LocalStore
 from engine.settings import Settings
 
 MAX_POLL_INTERVAL_MS = 60_000
@@ -90,7 +91,12 @@ class ClientFactory(Protocol):
 
     def producer(self, settings: Settings) -> ProducerLike: ...
     def consumer(self, settings: Settings) -> ConsumerLike: ...
-    def changelog_reader(self, settings: Settings) -> ChangelogReader: ...
+    def restore(
+        self,
+        settings: Settings,
+        stores: Mapping[int, LocalStore],
+        progress: Callable[[], None],
+    ) -> list[RestoreReport]: ...
     def fence(
         self, settings: Settings, partitions: list[TopicPartition], timeout_s: float
     ) -> FenceReport: ...
@@ -161,7 +167,7 @@ def fetch_bounds(settings: Settings) -> dict[str, int]:
 
 
 class KafkaClients:
-    """The real thing: confluent-kafka clients and the changelog reader of step A2."""
+    """The real thing: confluent-kafka clients and the changelog restore consumer."""
 
     def producer(self, settings: Settings) -> ProducerLike:
         return Producer(producer_config(settings))
@@ -169,9 +175,17 @@ class KafkaClients:
     def consumer(self, settings: Settings) -> ConsumerLike:
         return Consumer(consumer_config(settings))
 
-    def changelog_reader(self, settings: Settings) -> ChangelogReader:
-        return KafkaChangelogReader(
-            settings.client_config(**fetch_bounds(settings)), settings.topics.changelog
+    def restore(
+        self,
+        settings: Settings,
+        stores: Mapping[int, LocalStore],
+        progress: Callable[[], None],
+    ) -> list[RestoreReport]:
+        return restore_partitions(
+            settings.client_config(**fetch_bounds(settings)),
+            settings.topics.changelog,
+            stores,
+            progress=progress,
         )
 
     def fence(
