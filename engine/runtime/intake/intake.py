@@ -12,6 +12,7 @@ from engine.runtime.commit.errors import RejoinError
 from engine.runtime.intake.ingest import Rejected
 from engine.runtime.intake.ordering import FIRST, Buffered
 from engine.runtime.parts import Consumed, Parts
+from engine.runtime.tasks.corrupt import detecting
 
 log = logging.getLogger("reconciler.engine")
 
@@ -122,7 +123,8 @@ class Intake:
         for partition, ids in sessions.items():
             task = tasks.get(partition)
             if task is not None:
-                task.prefetch(ids)
+                with detecting(partition):
+                    task.prefetch(ids)
 
     def apply_flow(self) -> None:
         """Pause the inputs that are ahead, resume those the buffer drained (ordering.py)."""
