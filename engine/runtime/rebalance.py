@@ -44,9 +44,8 @@ class Rebalance:
             log.warning("partitions assigned to clients that are rejoining: not restored")
             return
         self.metrics.set_ready(False)
-        complete, incomplete = self.owned.add(partitions)
-        if incomplete:
-            consumer.pause(incomplete)
+        self._assign_paused(consumer, partitions)
+        complete, _ = self.owned.add(partitions)
         if not complete:
             self.metrics.set_ready(True)
             return
@@ -75,6 +74,18 @@ class Rebalance:
         # A2 runs in the loop (restorer.py): the tasks restore there, their inputs paused.
         self.restorer.assign(complete)
         self.metrics.set_ready(True)
+
+    @staticmethod
+    def _assign_paused(consumer: Any, partitions: list[TopicPartition]) -> None:
+        """The assignment is made here, then paused: no input is fetched before its task is
+        RUNNING (the restorer resumes it at A3; an incomplete task's stay paused). Not left to
+        the client after this callback: until then librdkafka has no local object for the
+        topic of a partition a consumer never had (its first assignment) and skips that
+        partition's pause, and the Python client drops the per-partition error; the inputs
+        would be fetched while their tasks restore. The strategy is eager (clients.py,
+        "range"): `partitions` is the whole assignment."""
+        consumer.assign(partitions)
+        consumer.pause([TopicPartition(tp.topic, tp.partition) for tp in partitions])
 
     def _fence_previous_owners(self, partitions: list[int]) -> None:
         """A0 (fencing.py): a dead previous owner's open transaction ends now, not at its

@@ -54,9 +54,9 @@ class Restorer:
         self.reader: ChangelogReader | None = None
 
     def assign(self, partitions: list[int]) -> None:
-        """A new assignment's tasks (after A1): CREATED with their stores open, RESTORING,
-        their inputs paused before anything of them is fetched."""
-        self.consumer.pause(self.owned.wanted(partitions))
+        """A new assignment's tasks (after A1): CREATED with their stores open, RESTORING;
+        their inputs were assigned paused (rebalance.py), before anything of them was fetched."""
+        self.owned.fetched_unready.difference_update(partitions)
         for p in partitions:
             self.metrics.task_corrupted.labels(partition=str(p))  # from 0: alerts see the first
             store, wiped = open_store(self._path(p), self._cache_kib())
@@ -185,6 +185,14 @@ class Restorer:
             self.rebuild(task, exc.causes[p])
             return
         wanted = self.owned.wanted([p])
+        if p in self.owned.fetched_unready and not restoring.rewind:
+            log.warning(
+                "partition %d: inputs were consumed while its task restored (their pause did "
+                "not hold); read again from the committed offsets",
+                p,
+            )
+            restoring.rewind = True  # consumed: fetching started, a seek is valid
+        self.owned.fetched_unready.discard(p)
         if restoring.rewind:
             with self.steps.guard("rewind committed", partitions=[p]):
                 committed = self.consumer.committed(wanted, timeout=CALL_TIMEOUT_S)
@@ -210,7 +218,9 @@ class Restorer:
     def release(self, partitions: Iterable[int]) -> None:
         """Revoke or lost: the RESTORING tasks of these partitions close, their changelog
         partitions leave the reader."""
-        for p in sorted(set(partitions) & set(self.restores)):
+        gone = set(partitions)
+        self.owned.fetched_unready -= gone
+        for p in sorted(gone & set(self.restores)):
             restoring = self.restores.pop(p)
             if restoring.reading and self.reader is not None:
                 self.reader.remove(p)

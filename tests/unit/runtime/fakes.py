@@ -195,6 +195,10 @@ class FakeConsumer:
         self.positions: dict[tuple[str, int], int] | None = None
         self.paused: set[tuple[str, int]] = set()
         self.at_end: set[tuple[str, int]] = set()
+        # Topics librdkafka holds a local object for: created by the first assignment of one
+        # of their partitions. Before that, pause() and resume() skip the topic's partitions.
+        self.topic_objects: set[str] = set()
+        self.assigned_in_callback = False
 
     def subscribe(
         self, topics: list[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None
@@ -208,22 +212,32 @@ class FakeConsumer:
         assert self.positions is not None
         tps = [TopicPartition(t, p) for t, p in sorted(self.positions)]
         self.callbacks["revoke"](self, tps)
-        self.callbacks["assign"](self, tps)
+        self._on_assign(tps)
+
+    def _on_assign(self, tps: list[TopicPartition]) -> None:
+        """The assign callback, then (as the Python client does when the callback did not call
+        assign() itself, or raised) the assignment."""
+        self.assigned_in_callback = False
+        try:
+            self.callbacks["assign"](self, tps)
+        finally:
+            if not self.assigned_in_callback:
+                self.assign(tps)
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        """Fetching starts at the committed offsets; the topics get their local objects."""
+        self.assigned_in_callback = True
+        self.topic_objects |= {tp.topic for tp in partitions}
         self.positions = {
             (tp.topic, tp.partition): max(0, self.broker.offsets.get((tp.topic, tp.partition), 0))
-            for tp in tps
+            for tp in partitions
         }
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         if self.positions is None:
             tps = [TopicPartition(t, p) for t in self.topics for p in range(self.broker.partitions)]
-            self.callbacks["assign"](self, tps)
-            self.positions = {
-                (tp.topic, tp.partition): max(
-                    0, self.broker.offsets.get((tp.topic, tp.partition), 0)
-                )
-                for tp in tps
-            }
+            self._on_assign(tps)
+        assert self.positions is not None
         out: list[Message] = []
         limit = min(num_messages, self.batch)
         for (topic, p), position in sorted(self.positions.items()):
@@ -287,10 +301,17 @@ class FakeConsumer:
         self.at_end.discard((partition.topic, partition.partition))
 
     def pause(self, partitions: list[TopicPartition]) -> None:
-        self.paused |= {(tp.topic, tp.partition) for tp in partitions}
+        """As librdkafka's: a partition of a topic with no local object yet (none of its
+        partitions was ever assigned to this consumer, e.g. inside the first assign callback,
+        before the assignment) is skipped; the call raises nothing (the Python client drops
+        the per-partition UNKNOWN_PARTITION), and the flag survives revokes and assignments."""
+        self.paused |= {(tp.topic, tp.partition) for tp in self._known(partitions)}
 
     def resume(self, partitions: list[TopicPartition]) -> None:
-        self.paused -= {(tp.topic, tp.partition) for tp in partitions}
+        self.paused -= {(tp.topic, tp.partition) for tp in self._known(partitions)}
+
+    def _known(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [tp for tp in partitions if tp.topic in self.topic_objects]
 
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         return [TopicPartition(tp.topic, tp.partition, -1001) for tp in partitions]

@@ -4,14 +4,17 @@ then, a revoke while restoring, and a corrupted store wiped and restored alone."
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
+from typing import cast
 
 import pytest
 from confluent_kafka import TopicPartition
 
 from engine.runtime import engine as engine_module
 from engine.runtime import restorer
+from engine.runtime.clients import ConsumerLike
 from engine.runtime.engine import Engine
 from engine.runtime.loop import Loop
 from engine.runtime.tasks.state import TaskState
@@ -69,6 +72,19 @@ def _started(tmp_path: Path, broker: FakeBroker) -> tuple[Engine, Loop, FakeCons
 
 def _inputs(loop: Loop, partition: int) -> set[tuple[str, int]]:
     return {(t, partition) for t in loop.parts.topics.inputs}
+
+
+def _run_until_folded(engine: Engine, clients: FakeClients) -> None:
+    """Run until nothing is left to restore, consume or fold, and no transaction is open."""
+
+    def on_idle() -> None:
+        txn, loop = engine.transactions, engine.loop
+        restoring = loop is not None and bool(loop.restorer.restores)
+        if not restoring and not len(engine.order) and (txn is None or not txn.open):
+            engine.stop()
+
+    clients.on_idle = on_idle
+    engine.run()
 
 
 def test_restore_reads_a_bounded_batch_per_iteration_and_runs_at_the_end(tmp_path: Path) -> None:
@@ -191,14 +207,7 @@ def test_a_store_corrupted_while_running_is_rebuilt_alone(
     monkeypatch.setattr("engine.runtime.process.metrics.SESSIONS_INTERVAL_S", 0.0)
     clients = FakeClients(broker)
     engine = Engine(settings, clients=clients)
-
-    def on_idle() -> None:
-        txn = engine.transactions
-        if not len(engine.order) and (txn is None or not txn.open):
-            engine.stop()
-
-    clients.on_idle = on_idle
-    engine.run()
+    _run_until_folded(engine, clients)
     assert calls["n"] >= nth, f"{where} never failed"
     assert _done(broker, settings)
     counted = engine.metrics.registry.get_sample_value
@@ -206,3 +215,66 @@ def test_a_store_corrupted_while_running_is_rebuilt_alone(
     assert counted("reconciler_task_corrupted_total", {"partition": "1"}) == 0
     assert broker.clients_created == 1, "a corrupted store must not rejoin"
     _check_replay(broker, settings)
+
+
+def test_a_new_consumers_inputs_stay_unfetched_while_their_tasks_restore(tmp_path: Path) -> None:
+    """A new consumer's first assignment (every start and every rejoin): librdkafka skips a
+    pause of a partition it never had assigned, so pausing inside the assign callback, before
+    the client assigns, paused nothing; partition 0's inputs were fetched while its task
+    restored (several iterations here), dropped as not ready, and never read again: inputs
+    without a decision. The callback assigns, then pauses."""
+    settings = _settings(tmp_path)
+    broker = _broker(settings, changelog_records=5 * BATCH + 3)
+    clients = FakeClients(broker)
+    engine = Engine(settings, clients=clients)
+    made: list[FakeConsumer] = []
+    consumer_of = clients.consumer
+
+    def consumer(s: Settings) -> FakeConsumer:
+        made.append(cast(FakeConsumer, consumer_of(s)))
+        return made[-1]
+
+    clients.consumer = consumer  # type: ignore[method-assign,assignment]
+    loop = engine._create_clients()
+    assert loop.iterate()  # A0-A1: both tasks restore, partition 0 for six iterations
+    inputs = _inputs(loop, 0)
+    assert inputs <= made[0].paused, "the restoring task's inputs are paused"
+    assert made[0].positions is not None
+    loop.iterate()
+    assert 0 in loop.restorer.restores
+    assert all(made[0].positions[key] == 0 for key in inputs), "fetched while restoring"
+    engine._close(loop)
+    _run_until_folded(engine, clients)
+    assert _done(broker, settings)
+    _check_replay(broker, settings)
+
+
+class _PauseNeverHolds(FakeConsumer):
+    """A consumer whose pause() does nothing."""
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        return None
+
+
+def test_inputs_consumed_while_their_task_restores_are_read_again_at_a3(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever lets a restoring task's inputs through (a pause that does not hold), the
+    records dropped meanwhile are read again: the task rewinds to its committed offsets at
+    A3 rather than going on from where the consumer is."""
+    settings = _settings(tmp_path)
+    broker = _broker(settings, changelog_records=5 * BATCH + 3)
+    clients = FakeClients(broker)
+
+    def consumer(_: Settings) -> ConsumerLike:
+        return _PauseNeverHolds(broker, lambda: clients.on_idle(), clients.batch)
+
+    clients.consumer = consumer  # type: ignore[method-assign,assignment]
+    engine = Engine(settings, clients=clients)
+    caplog.set_level(logging.WARNING, logger="reconciler.engine")
+    _run_until_folded(engine, clients)
+    assert _done(broker, settings)
+    _check_replay(broker, settings)
+    lines = [r.getMessage() for r in caplog.records]
+    warned = {int(line.split(":")[0].split()[1]) for line in lines if "while its task" in line}
+    assert 0 in warned, "partition 0's inputs were consumed while it restored, and rewound"
