@@ -136,7 +136,7 @@ class Loop:
             with self.steps.guard(f"{Step.FOLD} fold"):
                 self.intake.take(messages)
                 batch = self.intake.release(consumed, self.drained, self.intake.batch)
-                self.intake.prefetch(batch)
+                self.prefetch(batch)
                 self.steps.mark("released")
                 self.more = len(batch) >= self.intake.batch
                 self.more = self.fold_until_due(batch) or self.more
@@ -149,7 +149,7 @@ class Loop:
         in order (no batch of slow inputs may hold a transaction open toward its timeout, and
         only a commit or an abort closes it): True when some were put back."""
         due_at = self._due_at()
-        partition = -1
+        partition, n = -1, 0
         try:
             for n, record in enumerate(batch):
                 if time.monotonic() >= due_at:
@@ -160,17 +160,31 @@ class Loop:
                 if due_at == math.inf:
                     due_at = self._due_at()
         except sqlite3.DatabaseError as exc:  # a store read in step 2: whose, if corrupted
+            self.intake.put_back(batch[n:])
             reraise(partition, exc)
         return False
 
     def fold_each(self, batch: list[Buffered[Consumed]]) -> None:
-        partition = -1
+        partition, folded = -1, 0
         try:
             for record in batch:
                 partition = record.partition
                 self.fold_step.handle(self.txns, record)
+                folded += 1
         except sqlite3.DatabaseError as exc:  # a store read in step 2: whose, if corrupted
+            self.intake.put_back(batch[folded:])
             reraise(partition, exc)
+
+    def prefetch(self, batch: list[Buffered[Consumed]]) -> None:
+        """Step 2's store reads for a batch. A batch an unreadable store interrupts (here or
+        in a fold) waits again in the order buffer: with no transaction open there is no
+        abort to rewind the other tasks, whose records it holds too; the corrupted task's
+        are dropped by its rebuild."""
+        try:
+            self.intake.prefetch(batch)
+        except sqlite3.DatabaseError:
+            self.intake.put_back(batch)
+            raise
 
     def _due_at(self) -> float:
         commit = self.txns.current
@@ -210,7 +224,7 @@ class Loop:
                 batch = intake.release(time.monotonic(), self.drained, FOLD_AHEAD_CHUNK)
                 if batch:
                     with steps.guard(f"{Step.FOLD} fold ahead"):
-                        intake.prefetch(batch)
+                        self.prefetch(batch)
                         steps.mark("released")
                         self.fold_each(batch)
                     folded += len(batch)

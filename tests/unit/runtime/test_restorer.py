@@ -178,17 +178,25 @@ def _malformed() -> sqlite3.DatabaseError:
 
 
 @pytest.mark.parametrize(
-    ("where", "nth"),
-    [("get_many", 1), ("state_of", 6), ("apply_lazily", 2), ("count", 2)],
+    ("where", "nth", "batch"),
+    [
+        ("get_many", 1, 4),
+        ("get_many", 1, 100),
+        ("state_of", 6, 4),
+        ("apply_lazily", 2, 4),
+        ("count", 2, 4),
+    ],
 )
 def test_a_store_corrupted_while_running_is_rebuilt_alone(
-    where: str, nth: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    where: str, nth: int, batch: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Partition 0's store fails once, mid-run: in a batch's prefetch, in a fold's read (the
     open transaction then holds decisions of partition 0), in step 6's write or in the session
     count. The open transaction is aborted, partition 0 alone is wiped and restored from the
     changelog, the clients stay (no rejoin), and every input is answered exactly once with the
-    states the replay expects (none lost with the wiped store)."""
+    states the replay expects (none lost with the wiped store). With `batch` 100 the first
+    consume takes every input, so the first batch released, whose prefetch fails before any
+    transaction is open, holds partition 1's records too: they are read again, not lost."""
     settings = _settings(tmp_path)
     broker = _broker(settings, changelog_records=0)
     owner = PartitionTask if where == "state_of" else LocalStore
@@ -205,7 +213,7 @@ def test_a_store_corrupted_while_running_is_rebuilt_alone(
 
     monkeypatch.setattr(owner, where, failing)
     monkeypatch.setattr("engine.runtime.process.metrics.SESSIONS_INTERVAL_S", 0.0)
-    clients = FakeClients(broker)
+    clients = FakeClients(broker, batch=batch)
     engine = Engine(settings, clients=clients)
     _run_until_folded(engine, clients)
     assert calls["n"] >= nth, f"{where} never failed"
