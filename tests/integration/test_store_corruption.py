@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 
+from engine.core.events import Event
 from engine.runtime import restorer
 from engine.runtime.process.metrics import EngineMetrics
 from engine.settings import Settings
@@ -135,7 +136,11 @@ def test_a_corrupted_store_is_wiped_and_restored_alone_under_load(
     settings = engine_settings(
         kafka_bootstrap, unique_name, tmp_path / "state", store_cache_mb=1, read_cache_mb=1
     )
-    first, second = workload(4_000, seed=31), workload(2_000, seed=32)
+    # The second workload streams until the restore is over (or runs out, about 30 s of load),
+    # so the other partitions have inputs to decide throughout the restore's window.
+    first, second = workload(4_000, seed=31), workload(10_000, seed=32)
+    sent: list[Event] = []
+    restored = threading.Event()
     metrics = EngineMetrics()
     db = Path(settings.state_dir) / settings.group_id / settings.topic_prefix / "p0.sqlite"
     with engine_thread(settings, metrics):
@@ -148,7 +153,10 @@ def test_a_corrupted_store_is_wiped_and_restored_alone_under_load(
 
         def load() -> None:
             for start in range(0, len(second), 100):
+                if restored.is_set():
+                    return
                 produce(kafka_bootstrap, settings, second[start : start + 100])
+                sent.extend(second[start : start + 100])
                 time.sleep(0.05)
 
         producer = threading.Thread(target=load)
@@ -165,10 +173,12 @@ def test_a_corrupted_store_is_wiped_and_restored_alone_under_load(
                 if detected is not None:
                     restored_at = lines.first(f"partition {CORRUPTED} restored", detected)
         finally:
+            restored.set()
             producer.join()
         assert detected is not None, "the damaged store was never read"
         assert restored_at is not None, "the damaged store was not restored within 60 s"
-        seen = read_decisions(kafka_bootstrap, settings, until=len(first) + len(second))
+        assert len(sent) < len(second), "the load ran out before the restore ended"
+        seen = read_decisions(kafka_bootstrap, settings, until=len(first) + len(sent))
 
     corrupted = [m for _, m in lines.records if "cannot be read" in m]
     assert len(corrupted) == 1, corrupted
@@ -188,4 +198,4 @@ def test_a_corrupted_store_is_wiped_and_restored_alone_under_load(
         f"({restored_at - detected:.2f}s)"
     )
     inputs = read_inputs(kafka_bootstrap, settings)
-    assert_exactly_once(first + second, seen, inputs)
+    assert_exactly_once(first + sent, seen, inputs)
