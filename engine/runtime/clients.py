@@ -6,14 +6,13 @@ retriable, abortable, fatal or fencing error, or a call that never returns, at a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from engine.runtime.commit.fencing import FenceReport, fence_previous_owners, transactional_id
-from engine.runtime.tasks.restore import RestoreReport, restore_partitions
-from engine.runtime.tasks.store import LocalStore
+from engine.runtime.tasks.changelog import ChangelogReader, KafkaChangelogReader
 from engine.settings import Settings
 
 MAX_POLL_INTERVAL_MS = 60_000
@@ -68,6 +67,7 @@ class ConsumerLike(Protocol):
         on_revoke: Any = None,
         on_lost: Any = None,
     ) -> None: ...
+    def assign(self, partitions: list[TopicPartition]) -> None: ...
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]: ...
     def committed(
         self, partitions: list[TopicPartition], timeout: float = -1
@@ -91,12 +91,7 @@ class ClientFactory(Protocol):
 
     def producer(self, settings: Settings) -> ProducerLike: ...
     def consumer(self, settings: Settings) -> ConsumerLike: ...
-    def restore(
-        self,
-        settings: Settings,
-        stores: Mapping[int, LocalStore],
-        progress: Callable[[], None],
-    ) -> list[RestoreReport]: ...
+    def changelog_reader(self, settings: Settings) -> ChangelogReader: ...
     def fence(
         self, settings: Settings, partitions: list[TopicPartition], timeout_s: float
     ) -> FenceReport: ...
@@ -167,7 +162,7 @@ def fetch_bounds(settings: Settings) -> dict[str, int]:
 
 
 class KafkaClients:
-    """The real thing: confluent-kafka clients and the changelog restore consumer."""
+    """The real thing: confluent-kafka clients and the changelog reader of step A2."""
 
     def producer(self, settings: Settings) -> ProducerLike:
         return Producer(producer_config(settings))
@@ -175,17 +170,9 @@ class KafkaClients:
     def consumer(self, settings: Settings) -> ConsumerLike:
         return Consumer(consumer_config(settings))
 
-    def restore(
-        self,
-        settings: Settings,
-        stores: Mapping[int, LocalStore],
-        progress: Callable[[], None],
-    ) -> list[RestoreReport]:
-        return restore_partitions(
-            settings.client_config(**fetch_bounds(settings)),
-            settings.topics.changelog,
-            stores,
-            progress=progress,
+    def changelog_reader(self, settings: Settings) -> ChangelogReader:
+        return KafkaChangelogReader(
+            settings.client_config(**fetch_bounds(settings)), settings.topics.changelog
         )
 
     def fence(

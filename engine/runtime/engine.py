@@ -242,6 +242,10 @@ class Engine:
     def _close(self, loop: Loop) -> None:
         self.loop, self.parts.consumer = None, None
         try:
+            loop.restorer.close()  # RESTORING tasks close, the changelog reader with them
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("closing the changelog reader failed: %s", exc)
+        try:
             with self.watchdog.guard("close consumer", self.parts.steps.budget_s):
                 loop.intake.consumer.close()
         except (KafkaException, RuntimeError) as exc:

@@ -4,6 +4,7 @@ and, while a commit's steps 4-5 run in its worker, fold ahead into the next one.
 from __future__ import annotations
 
 import math
+import sqlite3
 import time
 
 from confluent_kafka import Message
@@ -18,8 +19,12 @@ from engine.runtime.intake.intake import Intake
 from engine.runtime.intake.ordering import Buffered
 from engine.runtime.parts import Consumed, Parts
 from engine.runtime.rebalance import Rebalance
+from engine.runtime.restorer import Restorer
+from engine.runtime.tasks.corrupt import StoreCorruptedError, reraise
+from engine.runtime.tasks.state import TaskState
 
 FOLD_AHEAD_CHUNK = 64  # records folded between two looks at whether the commit returned
+RESTORE_WAIT_S = 0.02  # a restore step waits this long at most for changelog records
 
 
 class Loop:
@@ -31,7 +36,8 @@ class Loop:
         self.intake = Intake(parts, consumer)
         self.fold_step = FoldStep(parts)
         self.committer = Committer(parts, consumer, txns)
-        self.rebalance = Rebalance(parts, self.committer)
+        self.restorer = Restorer(parts, consumer)
+        self.rebalance = Rebalance(parts, self.committer, self.restorer)
         s = parts.settings
         self.interval_s = s.commit_interval_ms / 1000
         # An idle consume() waits for the first record at most this long: well under the
@@ -51,37 +57,65 @@ class Loop:
                 self.txns.abandon()
 
     def iterate(self) -> bool:
-        """One iteration (False once stopping): consume and fold (1-2), then commit (3-6)."""
-        if self.txns.in_flight:  # steps 4-5 run in the worker: fold ahead, then step 6
-            self.fold_ahead()
-            self.last_commit, self.more = time.monotonic(), True
-            return True
-        if self.parts.flags.stopping:
-            return False
-        messages, consumed = self.poll()
+        """One iteration (False once stopping): restore a bounded piece (A2), consume and
+        fold (1-2), then commit (3-6). A task whose store cannot be read is rebuilt alone."""
         try:
-            with self.steps.stage("fold", observe=lambda: bool(messages) or self.txns.open):
-                self.fold(messages, consumed)
-        except AbortableError as exc:
-            self.committer.abort(str(exc))
-            return True
-        self.intake.apply_flow()
-        self.observe()
-        if self.txns.open and self.commit_due():
-            self.commit()
-        elif not self.txns.open:
-            self.last_commit = time.monotonic()
-            if not messages:  # idle: what step 6 wrote lazily goes to disk now
-                self.committer.sync_stores()
+            if self.txns.in_flight:  # steps 4-5 run in the worker: fold ahead, then step 6
+                self.fold_ahead()
+                self.last_commit, self.more = time.monotonic(), True
+                return True
+            if self.parts.flags.stopping:
+                return False
+            self.restorer.step(0.0 if self.more else RESTORE_WAIT_S)
+            messages, consumed = self.poll()
+            try:
+                with self.steps.stage("fold", observe=lambda: bool(messages) or self.txns.open):
+                    self.fold(messages, consumed)
+            except AbortableError as exc:
+                self.committer.abort(str(exc))
+                return True
+            self.intake.apply_flow()
+            self.observe()
+            if self.txns.open and self.commit_due():
+                self.commit()
+            elif not self.txns.open:
+                self.last_commit = time.monotonic()
+                if not messages:  # idle: what step 6 wrote lazily goes to disk now
+                    self.committer.sync_stores()
+        except StoreCorruptedError as exc:
+            self.recover(exc.causes)
         self.parts.trimmer.maybe_trim(time.monotonic())
         return True
+
+    def recover(self, causes: dict[int, str]) -> None:
+        """The local stores of `causes` cannot be read (COMMIT_PROTOCOL.md, "A corrupted
+        store"): the commit in flight finishes (its step 6 may find more), those tasks leave
+        the ready tasks, the open transaction is aborted (every other task rewinds to its
+        committed offsets and folds again: exactly once), and each is wiped and restored."""
+        causes = dict(causes)
+        while self.txns.in_flight:
+            try:
+                self.committer.finish()
+            except StoreCorruptedError as more:
+                causes.update(more.causes)
+        owned = self.parts.owned
+        tasks = [owned.tasks.pop(p) for p in sorted(causes) if p in owned.tasks]
+        for task in tasks:
+            task.move_to(TaskState.CORRUPTED)  # drops what it folded; reads nothing
+        current = self.txns.current
+        if current is not None and not current.done:
+            self.committer.abort(f"local store of partitions {sorted(causes)} unreadable")
+        for task in tasks:
+            self.restorer.rebuild(task, causes[task.partition])
 
     def poll(self) -> tuple[list[Message], float]:
         """Consume (under the `poll` guard, where the rebalance callbacks run)."""
         started = time.monotonic()
         self.steps.mark("poll")
         with self.steps.guard("poll"):
-            messages, self.drained = self.intake.consume(0.0 if self.more else self.wait_s)
+            # while tasks restore, the restore step's read is the iteration's wait
+            busy = self.more or bool(self.restorer.restores)
+            messages, self.drained = self.intake.consume(0.0 if busy else self.wait_s)
         consumed = time.monotonic()
         self.steps.mark("consumed")
         self.parts.metrics.stage_seconds.labels(stage="consume_wait").observe(consumed - started)
@@ -102,7 +136,7 @@ class Loop:
             with self.steps.guard(f"{Step.FOLD} fold"):
                 self.intake.take(messages)
                 batch = self.intake.release(consumed, self.drained, self.intake.batch)
-                self.intake.prefetch(batch)
+                self.prefetch(batch)
                 self.steps.mark("released")
                 self.more = len(batch) >= self.intake.batch
                 self.more = self.fold_until_due(batch) or self.more
@@ -115,14 +149,42 @@ class Loop:
         in order (no batch of slow inputs may hold a transaction open toward its timeout, and
         only a commit or an abort closes it): True when some were put back."""
         due_at = self._due_at()
-        for n, record in enumerate(batch):
-            if time.monotonic() >= due_at:
-                self.intake.put_back(batch[n:])
-                return True
-            self.fold_step.handle(self.txns, record)
-            if due_at == math.inf:
-                due_at = self._due_at()
+        partition, n = -1, 0
+        try:
+            for n, record in enumerate(batch):
+                if time.monotonic() >= due_at:
+                    self.intake.put_back(batch[n:])
+                    return True
+                partition = record.partition
+                self.fold_step.handle(self.txns, record)
+                if due_at == math.inf:
+                    due_at = self._due_at()
+        except sqlite3.DatabaseError as exc:  # a store read in step 2: whose, if corrupted
+            self.intake.put_back(batch[n:])
+            reraise(partition, exc)
         return False
+
+    def fold_each(self, batch: list[Buffered[Consumed]]) -> None:
+        partition, folded = -1, 0
+        try:
+            for record in batch:
+                partition = record.partition
+                self.fold_step.handle(self.txns, record)
+                folded += 1
+        except sqlite3.DatabaseError as exc:  # a store read in step 2: whose, if corrupted
+            self.intake.put_back(batch[folded:])
+            reraise(partition, exc)
+
+    def prefetch(self, batch: list[Buffered[Consumed]]) -> None:
+        """Step 2's store reads for a batch. A batch an unreadable store interrupts (here or
+        in a fold) waits again in the order buffer: with no transaction open there is no
+        abort to rewind the other tasks, whose records it holds too; the corrupted task's
+        are dropped by its rebuild."""
+        try:
+            self.intake.prefetch(batch)
+        except sqlite3.DatabaseError:
+            self.intake.put_back(batch)
+            raise
 
     def _due_at(self) -> float:
         commit = self.txns.current
@@ -162,10 +224,9 @@ class Loop:
                 batch = intake.release(time.monotonic(), self.drained, FOLD_AHEAD_CHUNK)
                 if batch:
                     with steps.guard(f"{Step.FOLD} fold ahead"):
-                        intake.prefetch(batch)
+                        self.prefetch(batch)
                         steps.mark("released")
-                        for record in batch:
-                            self.fold_step.handle(self.txns, record)
+                        self.fold_each(batch)
                     folded += len(batch)
                 elif not self.consume_ahead():
                     break

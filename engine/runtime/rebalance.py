@@ -1,5 +1,6 @@
-"""Rebalance callbacks (COMMIT_PROTOCOL.md A1-A3, revoke, lost): librdkafka runs them inside
-consume(), so they only commit or abort the open transaction and hand tasks in or out.
+"""Rebalance callbacks (COMMIT_PROTOCOL.md A0-A1, revoke, lost): librdkafka runs them inside
+consume(), so they only commit or abort the open transaction and hand tasks in or out; the new
+tasks restore in the loop (A2, restorer.py), not here.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from engine.runtime.commit.committer import Committer
 from engine.runtime.commit.errors import RejoinError
 from engine.runtime.commit.protocol import Step
 from engine.runtime.parts import Parts
-from engine.runtime.tasks.state import TaskState
-from engine.runtime.tasks.store import LocalStore
-from engine.runtime.tasks.task import PartitionTask
+from engine.runtime.restorer import Restorer
+from engine.runtime.tasks.corrupt import StoreCorruptedError, wipe_files
 
 log = logging.getLogger("reconciler.engine")
 FENCE_S = 10.0
@@ -30,8 +30,8 @@ class Rebalance:
     """Tasks come and go with the group's assignment: librdkafka's callbacks for one pair of
     clients. Each first settles the commit in flight (COMMIT_PROTOCOL.md, "Overlap")."""
 
-    def __init__(self, parts: Parts, committer: Committer) -> None:
-        self.parts, self.committer = parts, committer
+    def __init__(self, parts: Parts, committer: Committer, restorer: Restorer) -> None:
+        self.parts, self.committer, self.restorer = parts, committer, restorer
         self.settings, self.metrics, self.owned = parts.settings, parts.metrics, parts.owned
         self.watchdog, self.budget_s = parts.steps.watchdog, parts.steps.budget_s
 
@@ -44,13 +44,8 @@ class Rebalance:
             log.warning("partitions assigned to clients that are rejoining: not restored")
             return
         self.metrics.set_ready(False)
-        complete, incomplete = self.owned.add(partitions)
-        if incomplete:
-            consumer.pause(incomplete)
-        if complete:
-            # librdkafka keeps a partition's pause flag across a revoke and a re-assign, and
-            # the order buffer that paused it forgot it at the revoke: start every task unpaused.
-            consumer.resume(self.owned.wanted(complete))
+        self._assign_paused(consumer, partitions)
+        complete, _ = self.owned.add(partitions)
         if not complete:
             self.metrics.set_ready(True)
             return
@@ -76,45 +71,21 @@ class Rebalance:
             )
         self.owned.start_at(committed)
         self._name_owner(consumer, committed, complete)
-        # A process can hold every partition: each task gets its share of the memory bounds.
-        share = self.settings.partitions
-        cache_kib = self.settings.store_cache_mb * 1024 // share
-        root = self.parts.state_root
-        read_cache = self.settings.read_cache_mb * 2**20 // share
-        tasks = {
-            p: PartitionTask(
-                p,
-                LocalStore(root / f"p{p}.sqlite", cache_kib=cache_kib),
-                read_cache,
-                TaskState.CREATED,
-            )
-            for p in complete
-        }
-        for task in tasks.values():
-            task.move_to(TaskState.RESTORING)
-        stores = {p: task.store for p, task in tasks.items()}
-        try:
-            with self.watchdog.guard(Step.RESTORE_DELTA, self.budget_s, complete):
-                reports = self.parts.factory.restore(self.settings, stores, self.parts.steps.renew)
-        except (KafkaException, TimeoutError):
-            for task in tasks.values():
-                task.move_to(TaskState.CLOSED)
-            raise
-        for report in reports:
-            log.info(
-                "step %s: partition %d restored %d changelog records in %.2fs%s",
-                Step.RESTORE_DELTA,
-                report.partition,
-                report.records,
-                report.seconds,
-                " (local store wiped: changelog recreated)" if report.wiped else "",
-            )
-            task = tasks[report.partition]
-            task.move_to(TaskState.RUNNING)  # A3: the watermark as the restore left it
-            self.owned.ready(task)
-        self.metrics.restore_seconds.observe(time.monotonic() - started)
-        self.metrics.observe_sessions(self.owned.tasks.values())
+        # A2 runs in the loop (restorer.py): the tasks restore there, their inputs paused.
+        self.restorer.assign(complete)
         self.metrics.set_ready(True)
+
+    @staticmethod
+    def _assign_paused(consumer: Any, partitions: list[TopicPartition]) -> None:
+        """The assignment is made here, then paused: no input is fetched before its task is
+        RUNNING (the restorer resumes it at A3; an incomplete task's stay paused). Not left to
+        the client after this callback: until then librdkafka has no local object for the
+        topic of a partition a consumer never had (its first assignment) and skips that
+        partition's pause, and the Python client drops the per-partition error; the inputs
+        would be fetched while their tasks restore. The strategy is eager (clients.py,
+        "range"): `partitions` is the whole assignment."""
+        consumer.assign(partitions)
+        consumer.pause([TopicPartition(tp.topic, tp.partition) for tp in partitions])
 
     def _fence_previous_owners(self, partitions: list[int]) -> None:
         """A0 (fencing.py): a dead previous owner's open transaction ends now, not at its
@@ -163,6 +134,7 @@ class Rebalance:
     def on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.committer.settle()
         self.metrics.rebalances.labels(kind="revoke").inc()
+        unreadable: dict[int, str] = {}
         if self.committer.txns.open:
             try:
                 self.committer.commit()  # a transaction spans all tasks: commit all of them
@@ -170,9 +142,15 @@ class Rebalance:
                 log.error("commit on revoke failed, rejoining with new clients: %s", exc)
                 self.committer.drop_all()
                 self.parts.flags.rejoin_requested = True
+            except StoreCorruptedError as exc:  # committed: only step 6 of these failed
+                unreadable = exc.causes
+        self.restorer.release(tp.partition for tp in partitions)
         self.owned.release(partitions)
+        for p, cause in unreadable.items():  # closed now: the next owner restores from the start
+            log.error("partition %d: local store unreadable at revoke (%s): wiped", p, cause)
+            wipe_files(self.parts.state_root / f"p{p}.sqlite")
         self._resume_held(consumer, self.parts.order.drop({tp.partition for tp in partitions}))
-        if not self.owned.tasks:
+        if not self.owned.tasks and not self.restorer.restores:
             self.metrics.set_ready(False)
 
     @staticmethod
@@ -198,5 +176,6 @@ class Rebalance:
                 self.committer.abort("assignment lost")
             except (RejoinError, KafkaException) as exc:
                 log.warning("abort after a lost assignment failed (rejoining anyway): %s", exc)
+        self.restorer.release(tp.partition for tp in partitions)
         self.owned.release(partitions)
         self._resume_held(consumer, self.parts.order.drop({tp.partition for tp in partitions}))

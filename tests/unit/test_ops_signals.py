@@ -45,6 +45,8 @@ def test_counters_have_a_zero_series_for_every_known_label_value() -> None:
 
 
 class _Task:
+    partition = 0
+
     def __init__(self, store: LocalStore) -> None:
         self.store = store
 

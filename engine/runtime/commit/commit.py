@@ -26,6 +26,7 @@ from engine.runtime.commit.calls import STEP_DEADLINE_S, Calls, Held
 from engine.runtime.commit.errors import AbortableError, RejoinError
 from engine.runtime.commit.protocol import Step
 from engine.runtime.commit.status import TERMINAL, CommitStatus, check
+from engine.runtime.tasks.corrupt import StoreCorruptedError, detecting
 from engine.runtime.tasks.headers import pending_header
 from engine.runtime.tasks.state import StateEncodeError
 from engine.runtime.tasks.task import PartitionTask
@@ -242,11 +243,18 @@ class Commit:
         """Step 6: the sealed writes of each task go to its local store (to disk within the
         store's `sync_after_s`, or at sync/close), never a state folded ahead."""
         check(self.number, self.status, S.PERSISTED)
+        unreadable: dict[int, str] = {}
         for task in self.tasks:
-            task.persist_sealed()
-            if not self.overlapped:
-                task.reload_watermark()
+            try:
+                with detecting(task.partition):
+                    task.persist_sealed()
+                    if not self.overlapped:
+                        task.reload_watermark()
+            except StoreCorruptedError as exc:  # the others persist: this one is rebuilt
+                unreadable.update(exc.causes)
         self._move(S.PERSISTED)
+        if unreadable:
+            raise StoreCorruptedError(unreadable)
 
     # Failure paths
     def abort(self) -> None:

@@ -16,6 +16,7 @@ from engine.runtime.commit.errors import AbortableError, RejoinError
 from engine.runtime.commit.protocol import Step
 from engine.runtime.commit.transaction import CALL_TIMEOUT_S, Transactions
 from engine.runtime.parts import Parts
+from engine.runtime.tasks.corrupt import StoreCorruptedError, detecting
 
 log = logging.getLogger("reconciler.engine")
 
@@ -86,6 +87,9 @@ class Committer:
         except (RejoinError, KafkaException) as exc:  # KafkaException: the abort's rewind
             log.error("the commit in flight failed in a rebalance, rejoining: %s", exc)
             self.parts.flags.rejoin_requested = True
+        except StoreCorruptedError as exc:  # committed; a rebuild inside a callback: rejoin
+            log.error("step 6 of the commit in flight in a rebalance, rejoining: %s", exc)
+            self.parts.flags.rejoin_requested = True
 
     def _changelog(self, commit: Commit) -> None:
         """Step 3 for every ready task: one changelog record per session changed."""
@@ -111,7 +115,8 @@ class Committer:
             else:  # a partition without writes in this commit may hold a batch past its age
                 now = time.monotonic()
                 for task in parts.owned.tasks.values():
-                    task.store.sync_if_due(now)
+                    with detecting(task.partition):
+                        task.store.sync_if_due(now)
         if parts.collector is not None:  # freeze what this commit left alive (collector.py)
             parts.collector.committed(time.monotonic())
         parts.metrics.sessions_stale = True
@@ -134,7 +139,8 @@ class Committer:
     def sync_stores(self) -> None:
         with self.steps.guard(f"{Step.PERSIST_LOCALLY} sync"):
             for task in self.parts.owned.tasks.values():
-                task.store.sync()
+                with detecting(task.partition):
+                    task.store.sync()
 
     def abort(self, why: str) -> None:
         """Abortable error: abort, drop write caches, rewind inputs to committed offsets."""

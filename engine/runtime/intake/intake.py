@@ -12,6 +12,7 @@ from engine.runtime.commit.errors import RejoinError
 from engine.runtime.intake.ingest import Rejected
 from engine.runtime.intake.ordering import FIRST, Buffered
 from engine.runtime.parts import Consumed, Parts
+from engine.runtime.tasks.corrupt import detecting
 
 log = logging.getLogger("reconciler.engine")
 
@@ -70,6 +71,7 @@ class Intake:
         pass, each accessor called once, the lookups hoisted (this runs once per input)."""
         parts = self.parts
         fresh, accept, push = parts.owned.fresh, parts.ingest.accept, parts.order.push
+        tasks, unready = parts.owned.tasks, parts.owned.fetched_unready
         trace = parts.trace
         for message in messages:
             if message.error() is not None:
@@ -78,7 +80,9 @@ class Intake:
             topic, partition = message.topic() or "", message.partition() or 0
             offset = message.offset() or 0
             if not fresh(topic, partition, offset):
-                continue  # a leftover of an incomplete task or a record folded already
+                if partition not in tasks:  # not ready: the restorer reads it again at A3
+                    unready.add(partition)
+                continue  # or a record folded already
             outcome = accept(message, topic, partition, offset)
             if trace is not None:
                 trace.arrived((topic, partition, offset), float(message.timestamp()[1]))
@@ -122,7 +126,8 @@ class Intake:
         for partition, ids in sessions.items():
             task = tasks.get(partition)
             if task is not None:
-                task.prefetch(ids)
+                with detecting(partition):
+                    task.prefetch(ids)
 
     def apply_flow(self) -> None:
         """Pause the inputs that are ahead, resume those the buffer drained (ordering.py)."""

@@ -1,6 +1,7 @@
 """The process's HTTP endpoints: /metrics (Prometheus), /healthz (liveness: the loop made
-progress) and /readyz (readiness: every assigned task is restored, and none of the reasons that
-stop deciding holds: writes refused for ISR starvation first, then a duplicate instance id)."""
+progress) and /readyz (readiness: tasks are assigned, none is restoring (the answer names those
+that are), and none of the reasons that stop deciding holds: writes refused for ISR starvation
+first, then a duplicate instance id)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,12 @@ def serve_health(metrics: EngineMetrics, port: int) -> ThreadingHTTPServer:
                 body = b"ok\n" if alive else b"no loop progress within the liveness timeout\n"
                 status, content_type = (200 if alive else 503), "text/plain"
             elif self.path == "/readyz":
-                refused = metrics.writes_refused
-                ready = metrics.is_ready and refused is None
+                refused, restoring = metrics.writes_refused, metrics.restoring
+                ready = metrics.is_ready and refused is None and not restoring
                 if refused:
                     why = f"not ready: {refused}"
+                elif restoring:
+                    why = f"restoring partitions {', '.join(map(str, restoring))}"
                 else:
                     why = metrics.unready_reason or "restoring or unassigned"
                 body = b"ready\n" if ready else f"{why}\n".encode()

@@ -22,6 +22,7 @@ from prometheus_client import (
 from engine.core.events import Decision, Reason, Verdict
 from engine.core.state import Health
 from engine.runtime.clients import ConsumerLike
+from engine.runtime.tasks.corrupt import detecting
 from engine.runtime.tasks.store import LocalStore
 from engine.wire.errors import DecodeReason
 
@@ -37,6 +38,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 
 
 class _HasStore(Protocol):
+    partition: int
     store: LocalStore
 
 
@@ -85,7 +87,10 @@ class EngineMetrics:
             "reconciler_transaction_aborts", "Aborted transactions", ["kind"], registry=r
         )
         self.restore_seconds = Histogram(
-            "reconciler_restore_seconds", "State restore time per assignment", registry=r
+            "reconciler_restore_seconds", "Restore time per task (step A2)", registry=r
+        )
+        self.task_corrupted = Counter(
+            "reconciler_task_corrupted", "Unreadable local stores wiped", ["partition"], registry=r
         )
         self.sessions = Gauge("reconciler_sessions", "Sessions in local state", registry=r)
         self.lag = Gauge(
@@ -142,6 +147,7 @@ class EngineMetrics:
         )
         self._zero_known_series()
         self.is_ready = False
+        self.restoring: tuple[int, ...] = ()  # partitions whose tasks restore; /readyz names them
         # Why the brokers refuse the engine's writes, while they do (engine/admin/isr_watch.py).
         self.writes_refused: str | None = None
         self.unready_reason = ""  # /readyz names it when set (duplicate.py)
@@ -175,10 +181,11 @@ class EngineMetrics:
         """Session count and sessions by health, from the local stores (after a commit)."""
         total, unhealthy = 0, {health: 0 for health in Health}
         for task in tasks:
-            total += task.store.count()
-            for health, count in task.store.health_summary().items():
-                if health in unhealthy:
-                    unhealthy[Health(health)] += count
+            with detecting(task.partition):  # a full scan: it may find a corrupted page
+                total += task.store.count()
+                for health, count in task.store.health_summary().items():
+                    if health in unhealthy:
+                        unhealthy[Health(health)] += count
         self.sessions.set(total)
         for health in (Health.AMBIGUOUS, Health.VIOLATED):
             self.sessions_by_health.labels(health=health).set(unhealthy[health])
@@ -187,7 +194,12 @@ class EngineMetrics:
 
     def set_ready(self, ready: bool) -> None:
         self.is_ready = ready
-        self.ready.set(1 if ready else 0)
+        self.ready.set(1 if ready and not self.restoring else 0)
+
+    def set_restoring(self, partitions: list[int]) -> None:
+        """The partitions whose tasks restore (step A2): not ready while there are any."""
+        self.restoring = tuple(partitions)
+        self.set_ready(self.is_ready)
 
     def count_fold(self, topic: str, kind: str, decisions: Iterable[Decision]) -> None:
         """Tally one folded input and its decisions (published by `flush`)."""
@@ -255,10 +267,11 @@ class EngineMetrics:
         for topic, behind in lag.items():
             self.lag.labels(topic=topic).set(behind)
         summary: dict[str, tuple[int, int]] = {}
-        for task in tasks.values():
-            for status, (count, oldest) in task.store.pending_summary().items():
-                prior = summary.get(status, (0, oldest))
-                summary[status] = (prior[0] + count, min(prior[1], oldest))
+        for p, task in tasks.items():
+            with detecting(p):
+                for status, (count, oldest) in task.store.pending_summary().items():
+                    prior = summary.get(status, (0, oldest))
+                    summary[status] = (prior[0] + count, min(prior[1], oldest))
         self.pending_writes.clear()
         for status, (count, _) in summary.items():
             self.pending_writes.labels(state=status).set(count)

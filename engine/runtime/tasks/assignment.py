@@ -26,6 +26,10 @@ class Assignment:
         self.next: dict[Key, int] = {}
         # Offset metadata of every commit: who committed it (fencing.py, step A0).
         self.metadata: str | None = None
+        # Tasks of which a record was consumed (and dropped: not ready) while they restored:
+        # at A3 the restorer rewinds their inputs to the committed offsets (restorer.py)
+        # instead of going on from where the consumer is, past the dropped records.
+        self.fetched_unready: set[int] = set()
 
     def add(self, partitions: list[TopicPartition]) -> tuple[list[int], list[TopicPartition]]:
         """A1 bookkeeping: the newly complete task partitions, and what stays paused."""
@@ -91,3 +95,4 @@ class Assignment:
         self.tasks.clear()
         self.assigned.clear()
         self.next.clear()
+        self.fetched_unready.clear()

@@ -1,7 +1,9 @@
-"""Step A2: bring the tasks' local stores up to the changelog's end, reading only the delta.
+"""A blocking restore of local stores from the changelog, reading only the delta, and how a
+changelog record becomes a store write (`_store_write`, shared with step A2).
 
-One assigned (never subscribed) read_committed consumer restores every newly assigned partition
-at once, in batches; a partition is done at its end of partition (the last stable offset).
+The engine restores in its loop, a bounded piece per iteration (engine/runtime/restorer.py);
+`restore_partitions` is the same reading done in one call, with the same reader, for
+tools/bench_restore.py. A partition is done at its end of partition (the last stable offset).
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
+from engine.runtime.tasks.changelog import KafkaChangelogReader
 from engine.runtime.tasks.headers import (
     HEALTH_HEADER,
     PARKED_HEADER,
@@ -22,7 +25,7 @@ from engine.runtime.tasks.headers import (
 )
 from engine.runtime.tasks.store import NO_OFFSET, LocalStore, StoreWrite
 
-RESTORE_BATCH = 5_000
+RESTORE_BATCH = 5_000  # changelog records one read (one restore step of the loop) takes at most
 
 
 @dataclass(frozen=True)
@@ -43,16 +46,7 @@ def restore_partitions(
     """Apply the changelog records after each store's offset; one report per partition.
     `progress` is called after every call that returned (the watchdog and liveness)."""
     started = time.monotonic()
-    consumer = Consumer(
-        {
-            **client_config,
-            "group.id": f"restore-{changelog_topic}",  # never joins or commits: assign() only
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "fetch.wait.max.ms": 50,
-        }
-    )
+    consumer = KafkaChangelogReader(client_config, changelog_topic).consumer
     try:
         wiped: set[int] = set()
         pending: set[int] = set()

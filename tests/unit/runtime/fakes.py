@@ -10,7 +10,7 @@ commit) a call that returns with one partition's entry carrying an error.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Literal, cast
@@ -19,8 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from engine.runtime.clients import DEAD_LETTER_MAX_BYTES, ConsumerLike, ProducerLike
 from engine.runtime.commit.fencing import FenceReport
-from engine.runtime.tasks.restore import RestoreReport, _store_write
-from engine.runtime.tasks.store import NO_OFFSET, LocalStore
+from engine.runtime.tasks.changelog import ChangelogReader
 from engine.settings import Settings
 from engine.wire.partitioner import partition_for
 
@@ -196,6 +195,10 @@ class FakeConsumer:
         self.positions: dict[tuple[str, int], int] | None = None
         self.paused: set[tuple[str, int]] = set()
         self.at_end: set[tuple[str, int]] = set()
+        # Topics librdkafka holds a local object for: created by the first assignment of one
+        # of their partitions. Before that, pause() and resume() skip the topic's partitions.
+        self.topic_objects: set[str] = set()
+        self.assigned_in_callback = False
 
     def subscribe(
         self, topics: list[str], on_assign: Any = None, on_revoke: Any = None, on_lost: Any = None
@@ -209,22 +212,32 @@ class FakeConsumer:
         assert self.positions is not None
         tps = [TopicPartition(t, p) for t, p in sorted(self.positions)]
         self.callbacks["revoke"](self, tps)
-        self.callbacks["assign"](self, tps)
+        self._on_assign(tps)
+
+    def _on_assign(self, tps: list[TopicPartition]) -> None:
+        """The assign callback, then (as the Python client does when the callback did not call
+        assign() itself, or raised) the assignment."""
+        self.assigned_in_callback = False
+        try:
+            self.callbacks["assign"](self, tps)
+        finally:
+            if not self.assigned_in_callback:
+                self.assign(tps)
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        """Fetching starts at the committed offsets; the topics get their local objects."""
+        self.assigned_in_callback = True
+        self.topic_objects |= {tp.topic for tp in partitions}
         self.positions = {
             (tp.topic, tp.partition): max(0, self.broker.offsets.get((tp.topic, tp.partition), 0))
-            for tp in tps
+            for tp in partitions
         }
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
         if self.positions is None:
             tps = [TopicPartition(t, p) for t in self.topics for p in range(self.broker.partitions)]
-            self.callbacks["assign"](self, tps)
-            self.positions = {
-                (tp.topic, tp.partition): max(
-                    0, self.broker.offsets.get((tp.topic, tp.partition), 0)
-                )
-                for tp in tps
-            }
+            self._on_assign(tps)
+        assert self.positions is not None
         out: list[Message] = []
         limit = min(num_messages, self.batch)
         for (topic, p), position in sorted(self.positions.items()):
@@ -241,8 +254,8 @@ class FakeConsumer:
                 self.at_end.add((topic, p))
                 eof = KafkaError(KafkaError._PARTITION_EOF, "end of partition")
                 out.append(Message(topic=topic, partition=p, offset=position, error=eof))
-        if not out:
-            self.on_idle()
+        if not out and not set(self.positions) <= self.paused:
+            self.on_idle()  # every input paused (tasks restoring) is waiting, not idle
         return out
 
     def committed(
@@ -288,10 +301,17 @@ class FakeConsumer:
         self.at_end.discard((partition.topic, partition.partition))
 
     def pause(self, partitions: list[TopicPartition]) -> None:
-        self.paused |= {(tp.topic, tp.partition) for tp in partitions}
+        """As librdkafka's: a partition of a topic with no local object yet (none of its
+        partitions was ever assigned to this consumer, e.g. inside the first assign callback,
+        before the assignment) is skipped; the call raises nothing (the Python client drops
+        the per-partition UNKNOWN_PARTITION), and the flag survives revokes and assignments."""
+        self.paused |= {(tp.topic, tp.partition) for tp in self._known(partitions)}
 
     def resume(self, partitions: list[TopicPartition]) -> None:
-        self.paused -= {(tp.topic, tp.partition) for tp in partitions}
+        self.paused -= {(tp.topic, tp.partition) for tp in self._known(partitions)}
+
+    def _known(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [tp for tp in partitions if tp.topic in self.topic_objects]
 
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         return [TopicPartition(tp.topic, tp.partition, -1001) for tp in partitions]
@@ -328,22 +348,49 @@ class FakeClients:
     ) -> FenceReport:
         return FenceReport(())  # the fake broker has no transaction timeout to cut short
 
-    def restore(
-        self, settings: Settings, stores: Mapping[int, LocalStore], progress: Callable[[], None]
-    ) -> list[RestoreReport]:
+    def changelog_reader(self, settings: Settings) -> ChangelogReader:
+        return FakeChangelogReader(self.broker, settings.topics.changelog)
+
+
+class FakeChangelogReader:
+    """Step A2's reader over the fake broker's changelog: the committed records from each
+    added partition's start, then `_PARTITION_EOF` once at its end. A fault armed at "A2"
+    fires at its first call (`ends`, once per task that starts restoring)."""
+
+    def __init__(self, broker: FakeBroker, topic: str) -> None:
+        self.broker, self.topic = broker, topic
+        self.positions: dict[int, int] = {}
+        self.at_end: set[int] = set()
+        self.reads = 0  # calls of `read`
+        self.closed = False
+
+    def ends(self, partition: int) -> tuple[int, int]:
         self.broker.faults.hit("A2")
-        reports = []
-        topic = settings.topics.changelog
-        for p, store in stores.items():
-            start = store.changelog_offset() + 1 if store.changelog_offset() != NO_OFFSET else 0
-            log = self.broker.log(topic, p)
-            writes = [
-                _store_write(record.key, self.broker.message(topic, p, offset))
-                for offset, record in enumerate(log)
-                if offset >= start and record.key is not None
-            ]
-            if writes:
-                store.apply(writes, len(log) - 1)
-            reports.append(RestoreReport(p, len(writes), 0.0, False))
-            progress()
-        return reports
+        return 0, len(self.broker.log(self.topic, partition))
+
+    def add(self, partition: int, start: int) -> None:
+        assert partition not in self.positions, f"changelog partition {partition} added twice"
+        self.positions[partition] = max(0, start)
+        self.at_end.discard(partition)
+
+    def remove(self, partition: int) -> None:
+        assert partition in self.positions, f"changelog partition {partition} not added"
+        del self.positions[partition]
+
+    def read(self, max_records: int, timeout_s: float) -> list[Message]:
+        self.reads += 1
+        out: list[Message] = []
+        for p, position in sorted(self.positions.items()):
+            log = self.broker.log(self.topic, p)
+            while position < len(log) and len(out) < max_records:
+                out.append(self.broker.message(self.topic, p, position))
+                position += 1
+            self.positions[p] = position
+            if position == len(log) and p not in self.at_end and len(out) < max_records:
+                self.at_end.add(p)
+                eof = KafkaError(KafkaError._PARTITION_EOF, "end of partition")
+                out.append(Message(topic=self.topic, partition=p, offset=position, error=eof))
+        return out
+
+    def close(self) -> None:
+        self.closed = True
