@@ -154,12 +154,14 @@ def test_kill_9_of_the_decisions_leader_and_transaction_coordinator(
     (no decisions within 15 s), and an engine that needs a restart by hand."""
     with engine_under_load(cluster, unique_name, tmp_path, seconds=30 + 60 * KILLS) as run:
         figures = []
-        for _round in range(KILLS):
+        for n in range(KILLS):
             time.sleep(3)
             victim = cluster.transaction_coordinator()
+            if KILLS > 1:
+                _place_group_coordinator(cluster, victim, together=n % 2 == 1)
             decisions_leaders = cluster.leaders(run.settings.topics.decisions)
             assert victim in decisions_leaders.values(), "the coordinator leads no decisions"
-            group_coordinator = cluster.leaders("__consumer_offsets")[0]
+            group_coordinator = cluster.group_coordinator()
             killed = time.monotonic()
             cluster.kill(victim)
             recovered = run.wait_for_recovery(killed, 60)
@@ -167,15 +169,38 @@ def test_kill_9_of_the_decisions_leader_and_transaction_coordinator(
             cluster.wait_in_sync()
             cluster.wait_balanced()  # the next round's victim leads a decisions partition again
             stall = run.timer.timeline.stall(killed, time.monotonic())
-            figures.append((recovered, stall))
+            figures.append((recovered, stall, group_coordinator == victim))
             print(
                 f"kill -9 of node {victim} (group coordinator: node {group_coordinator}): "
                 f"decisions again {recovered:.1f}s after, "
                 f"longest stall {stall:.1f}s"
             )
-        worst = max(r for r, _ in figures)
+        log = (tmp_path / "engine.log").read_text(errors="replace")
+        for both in (False, True):
+            kind = [f for f in figures if f[2] == both]
+            if kind:
+                where = "killed too" if both else "elsewhere"
+                again = [f[0] for f in kind]
+                print(
+                    f"{len(kind)} kills, group coordinator {where}: decisions again "
+                    f"{min(again):.1f}-{max(again):.1f}s, "
+                    f"longest stall {max(f[1] for f in kind):.1f}s"
+                )
+        print(f"watchdog cuts: {log.count('watchdog: ')}, rejoins: {log.count('rejoin #')}")
+        worst = max(f[0] for f in figures)
         assert worst <= DECIDING_AGAIN_S, f"decisions again only {worst:.1f}s after a kill"
-        assert max(s for _, s in figures) <= DECIDING_AGAIN_S
+        assert max(f[1] for f in figures) <= DECIDING_AGAIN_S
+
+
+def _place_group_coordinator(cluster: Cluster, victim: int, together: bool) -> None:
+    """The group coordinator on the broker about to be killed (`together`) or on another one.
+    Where the brokers put it is drawn once per cluster and `wait_balanced` keeps it there, so
+    without this every round of a session kills it, or none does."""
+    if (cluster.group_coordinator() == victim) == together:
+        return
+    target = victim if together else next(n for n in cluster.node_ids if n != victim)
+    cluster.make_preferred_leader("__consumer_offsets", 0, target)
+    time.sleep(5)  # the engine finds the moved coordinator before the kill
 
 
 @pytest.mark.timeout(300 + 240 * ROLLS)
