@@ -147,11 +147,21 @@ def test_kill_9_of_the_decisions_leader_and_transaction_coordinator(
     cluster: Cluster, unique_name: str, tmp_path: Path
 ) -> None:
     """kill -9 the broker that is both the transaction coordinator and the leader of a
-    decisions partition, under RATE inputs/s; start it again once decisions flow.
+    decisions partition, under RATE inputs/s; start it again once decisions flow. With more
+    than one kill (`make soak-cluster`), every second kill also takes the group coordinator
+    (`_place_group_coordinator`); a single kill takes it when the cluster happened to put it
+    there (drawn once per cluster).
 
     Would catch: a transaction left open or aborted without a retry when its coordinator dies
     (decisions lost or published twice), a producer that keeps the dead coordinator or leader
-    (no decisions within 15 s), and an engine that needs a restart by hand."""
+    (no decisions within 15 s), and an engine that needs a restart by hand.
+
+    Seen to fail (one kill, 5 December 2026) with the producer's `retry.backoff.ms` and
+    `retry.backoff.max.ms` at 60 s in `producer_config` (a producer that keeps a moved
+    coordinator for a minute): decisions came back 8.4 s after the kill, but when the restarted
+    broker took the transaction coordinator back, step 4's send_offsets waited past its 5 s
+    budget, the watchdog restarted the engine, and the run ended with 2,552 inputs unanswered
+    ("inputs without a decision"). Unmutated, the same test passed right after it."""
     with engine_under_load(cluster, unique_name, tmp_path, seconds=30 + 60 * KILLS) as run:
         figures = []
         for n in range(KILLS):
