@@ -362,6 +362,41 @@ class Cluster:
         """The broker leading the (single) transaction state partition."""
         return self.leaders("__transaction_state")[0]
 
+    def group_coordinator(self) -> int:
+        """The broker leading the (single) consumer offsets partition: every group's coordinator."""
+        return self.leaders("__consumer_offsets")[0]
+
+    def make_preferred_leader(self, topic: str, partition: int, node_id: int) -> None:
+        """Put `node_id` first in the partition's replicas and elect it leader: the same replica
+        set reordered, so no data moves, and `wait_balanced` keeps it there afterwards. Where the
+        brokers put a coordinator is drawn when its topic is created; a test uses this to choose
+        (e.g. the group coordinator on the broker it kills). The reassignment API is Java-only."""
+        source = Path(__file__).resolve().parent / "kafka" / "PreferredLeader.java"
+        command = [
+            local.require_tool("java", local.JAVA_FIX),
+            "-Xmx128m",
+            "-cp",
+            f"{local.LIBS}/*",
+            str(source),
+            self.direct_bootstrap,
+            topic,
+            str(partition),
+            str(node_id),
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise local.SetupError(
+                f"making node {node_id} the leader of {topic}/{partition} failed: "
+                f"{(done.stdout + done.stderr)[-800:]}"
+            )
+        deadline = time.monotonic() + ISR_TIMEOUT_S
+        while self.leaders(topic).get(partition) != node_id:
+            if time.monotonic() > deadline:
+                raise local.SetupError(
+                    f"node {node_id} did not become leader of {topic}/{partition}"
+                )
+            time.sleep(0.2)
+
     def under_replicated(self) -> list[str]:
         """`topic/partition` of every partition whose ISR lacks one of its replicas."""
         metadata = _admin(self.direct_bootstrap).list_topics(timeout=5.0)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from engine.admin.brokers import quiet_config
@@ -163,14 +164,29 @@ def verify_topics(settings: Settings, admin: AdminClient | None = None) -> None:
             "RECONCILER_PARTITIONS to the existing count, or recreate the odd topics.",
         )
     changelog = settings.topics.changelog
-    resource = ConfigResource(ResourceType.TOPIC, changelog)
-    described = admin.describe_configs([resource])[resource].result(timeout=ADMIN_TIMEOUT_S)
+    described = _topic_config(admin, changelog)
     policy = described["cleanup.policy"].value
     if policy != "compact":  # "compact,delete" would delete the last state of idle sessions
         raise TopicLayoutError(
             f"the changelog topic {changelog} has cleanup.policy={policy}, not compact.",
             f"set cleanup.policy=compact on {changelog} (kafka-configs --alter).",
         )
+
+
+def _topic_config(admin: AdminClient, topic: str) -> Any:
+    """A topic's configuration. One created a moment ago can still be unknown to the broker
+    asked (metadata reaches the brokers one by one: seen on three brokers right after
+    `create_topics`), so UNKNOWN_TOPIC_OR_PART is asked again until ADMIN_TIMEOUT_S."""
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    while True:
+        try:
+            return admin.describe_configs([resource])[resource].result(timeout=ADMIN_TIMEOUT_S)
+        except KafkaException as exc:
+            unknown = exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            if not unknown or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 @dataclass

@@ -53,6 +53,15 @@ EVENTS_PER_SESSION = 3.4  # workload(): intent, ack, one or two resumes, a tenth
 DECIDING_AGAIN_S = 15.0
 WARM_UP_S = 90.0
 RESTART_S = 15.0  # the supervisor's restart: a new interpreter, join, restore, first commit
+SURVIVES_COORDINATOR_S = 10
+"""The kill test's session timeout: the engine's default, not the harness's 6 s. When the
+killed broker is also the group coordinator, a new coordinator answers only after the brokers'
+fencing (6 s here), an election and a load. A session no longer than that runs out in the
+consumer itself first (librdkafka's SESSTMOUT): it rejoins under a new member id, its old one
+is fenced ("Static consumer fenced"), the assignment is lost and the engine aborts, builds new
+clients, rejoins and restores (10.4 s to decisions in one run; the one kill measured over the
+15 s bound, 15.9 s, was of this kind). With 10 s the session outlives the failover: no loss,
+no rejoin (10.7 s in one run)."""
 
 
 @dataclass
@@ -147,19 +156,37 @@ def test_kill_9_of_the_decisions_leader_and_transaction_coordinator(
     cluster: Cluster, unique_name: str, tmp_path: Path
 ) -> None:
     """kill -9 the broker that is both the transaction coordinator and the leader of a
-    decisions partition, under RATE inputs/s; start it again once decisions flow.
+    decisions partition, under RATE inputs/s; start it again once decisions flow. With more
+    than one kill (`make soak-cluster`), every second kill also takes the group coordinator
+    (`_place_group_coordinator`); a single kill takes it when the cluster happened to put it
+    there (drawn once per cluster).
 
     Would catch: a transaction left open or aborted without a retry when its coordinator dies
     (decisions lost or published twice), a producer that keeps the dead coordinator or leader
-    (no decisions within 15 s), and an engine that needs a restart by hand."""
-    with engine_under_load(cluster, unique_name, tmp_path, seconds=30 + 60 * KILLS) as run:
+    (no decisions within 15 s), and an engine that needs a restart by hand.
+
+    Seen to fail (one kill, 5 December 2026) with the producer's `retry.backoff.ms` and
+    `retry.backoff.max.ms` at 60 s in `producer_config` (a producer that keeps a moved
+    coordinator for a minute): decisions came back 8.4 s after the kill, but when the restarted
+    broker took the transaction coordinator back, step 4's send_offsets waited past its 5 s
+    budget, the watchdog restarted the engine, and the run ended with 2,552 inputs unanswered
+    ("inputs without a decision"). Unmutated, the same test passed right after it."""
+    with engine_under_load(
+        cluster,
+        unique_name,
+        tmp_path,
+        seconds=30 + 60 * KILLS,
+        session_timeout_ms=SURVIVES_COORDINATOR_S * 1000,
+    ) as run:
         figures = []
-        for _round in range(KILLS):
+        for n in range(KILLS):
             time.sleep(3)
             victim = cluster.transaction_coordinator()
+            if KILLS > 1:
+                _place_group_coordinator(cluster, victim, together=n % 2 == 1)
             decisions_leaders = cluster.leaders(run.settings.topics.decisions)
             assert victim in decisions_leaders.values(), "the coordinator leads no decisions"
-            group_coordinator = cluster.leaders("__consumer_offsets")[0]
+            group_coordinator = cluster.group_coordinator()
             killed = time.monotonic()
             cluster.kill(victim)
             recovered = run.wait_for_recovery(killed, 60)
@@ -167,15 +194,38 @@ def test_kill_9_of_the_decisions_leader_and_transaction_coordinator(
             cluster.wait_in_sync()
             cluster.wait_balanced()  # the next round's victim leads a decisions partition again
             stall = run.timer.timeline.stall(killed, time.monotonic())
-            figures.append((recovered, stall))
+            figures.append((recovered, stall, group_coordinator == victim))
             print(
                 f"kill -9 of node {victim} (group coordinator: node {group_coordinator}): "
                 f"decisions again {recovered:.1f}s after, "
                 f"longest stall {stall:.1f}s"
             )
-        worst = max(r for r, _ in figures)
+        log = (tmp_path / "engine.log").read_text(errors="replace")
+        for both in (False, True):
+            kind = [f for f in figures if f[2] == both]
+            if kind:
+                where = "killed too" if both else "elsewhere"
+                again = [f[0] for f in kind]
+                print(
+                    f"{len(kind)} kills, group coordinator {where}: decisions again "
+                    f"{min(again):.1f}-{max(again):.1f}s, "
+                    f"longest stall {max(f[1] for f in kind):.1f}s"
+                )
+        print(f"watchdog cuts: {log.count('watchdog: ')}, rejoins: {log.count('rejoin #')}")
+        worst = max(f[0] for f in figures)
         assert worst <= DECIDING_AGAIN_S, f"decisions again only {worst:.1f}s after a kill"
-        assert max(s for _, s in figures) <= DECIDING_AGAIN_S
+        assert max(f[1] for f in figures) <= DECIDING_AGAIN_S
+
+
+def _place_group_coordinator(cluster: Cluster, victim: int, together: bool) -> None:
+    """The group coordinator on the broker about to be killed (`together`) or on another one.
+    Where the brokers put it is drawn once per cluster and `wait_balanced` keeps it there, so
+    without this every round of a session kills it, or none does."""
+    if (cluster.group_coordinator() == victim) == together:
+        return
+    target = victim if together else next(n for n in cluster.node_ids if n != victim)
+    cluster.make_preferred_leader("__consumer_offsets", 0, target)
+    time.sleep(5)  # the engine finds the moved coordinator before the kill
 
 
 @pytest.mark.timeout(300 + 240 * ROLLS)
