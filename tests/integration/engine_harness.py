@@ -169,10 +169,17 @@ class Seen:
 
 
 def read_decisions(
-    bootstrap: str, settings: Settings, until: int, timeout_s: float = 60, idle_s: float = 3
+    bootstrap: str,
+    settings: Settings,
+    until: int,
+    timeout_s: float = 60,
+    idle_s: float = 3,
+    inputs: bool = False,
 ) -> list[Seen]:
     """Decisions in topic order per partition, read_committed, until `until` arrived and
-    `idle_s` passed without more (so duplicates would show), or `timeout_s`."""
+    `idle_s` passed without more (so duplicates would show), or `timeout_s`. With `inputs`,
+    `until` counts the inputs answered: a resume's later final answer does not count again, so
+    a stall near the end cannot stop the read while some inputs wait for their first answer."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -184,6 +191,7 @@ def read_decisions(
     )
     consumer.subscribe([settings.topics.decisions])
     seen: list[Seen] = []
+    answered: set[str] = set()
     deadline = time.monotonic() + timeout_s
     last_new = time.monotonic()
     try:
@@ -202,9 +210,12 @@ def read_decisions(
                         message.offset() or 0,
                     )
                 )
+                answered.add(decision.decision_id.removesuffix("/final"))
             if batch:
                 last_new = time.monotonic()
-            elif len(seen) >= until and time.monotonic() - last_new > idle_s:
+            elif (
+                len(answered if inputs else seen) >= until and time.monotonic() - last_new > idle_s
+            ):
                 break
     finally:
         consumer.close()

@@ -139,7 +139,9 @@ def engine_under_load(
         run.wait_until(lambda: run.decided_since(0) > 0, WARM_UP_S, "a first decision")
         yield run
         sent = load.finish(timeout_s=240)
-        seen = read_decisions(cluster.direct_bootstrap, settings, until=len(sent), timeout_s=240)
+        seen = read_decisions(
+            cluster.direct_bootstrap, settings, until=len(sent), timeout_s=240, inputs=True
+        )
         assert engine.alive(), "the engine must come through the fault without a restart by hand"
         assert engine.terminate() == 0
     finally:

@@ -128,7 +128,7 @@ def test_an_engine_cut_off_from_every_broker_is_fenced_and_the_survivor_takes_ov
                 f"answered {time.monotonic() - fenced_at:.1f}s after the fence"
             )
         inputs = read_inputs(direct, base)
-        seen = read_decisions(direct, base, until=len(inputs), timeout_s=180)
+        seen = read_decisions(direct, base, until=len(inputs), timeout_s=180, inputs=True)
         for proc in procs:
             assert proc.terminate() == 0, "SIGTERM must drain and exit 0"
     finally:

@@ -53,7 +53,9 @@ def test_a_second_engine_with_the_same_instance_id_is_named_and_waits(
         time.sleep(max(0.0, window_ends - time.monotonic()))
         fatal = [_fatal(e.metrics) for e in engines]
         waiting = [e for e in engines if e.metrics.duplicate_instance._value.get() == 1]
-        seen = read_decisions(kafka_bootstrap, settings, until=len(events), timeout_s=20)
+        seen = read_decisions(
+            kafka_bootstrap, settings, until=len(events), timeout_s=20, inputs=True
+        )
     finally:
         for engine in engines:
             engine.stop()

@@ -52,7 +52,9 @@ def test_kill_9_under_load_keeps_exactly_once(
             # land during start-up or restore, most while it folds and commits
             engine.kill()  # the supervisor restarts it, as the pod would
         producer.join()
-        seen = read_decisions(kafka_bootstrap, settings, until=len(events), timeout_s=180)
+        seen = read_decisions(
+            kafka_bootstrap, settings, until=len(events), timeout_s=180, inputs=True
+        )
         assert engine.terminate() == 0, "SIGTERM must drain and exit 0"
     finally:
         if engine.alive():

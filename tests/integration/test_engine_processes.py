@@ -94,7 +94,9 @@ def test_two_processes_share_the_partitions_and_answer_everything_exactly_once(
         assert len(children) == 2
         os.kill(children[0], signal.SIGKILL)  # the supervisor restarts it
         produce(kafka_bootstrap, settings, events[half:])
-        seen = read_decisions(kafka_bootstrap, settings, until=len(events), timeout_s=180)
+        seen = read_decisions(
+            kafka_bootstrap, settings, until=len(events), timeout_s=180, inputs=True
+        )
         wait_for_two_busy_members(settings)  # the restarted child rejoined and got work again
         assert engine.terminate() == 0, "SIGTERM must drain both children and exit 0"
     finally:

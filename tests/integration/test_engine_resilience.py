@@ -78,7 +78,7 @@ def test_three_engines_one_killed_one_added(
         time.sleep(3)
         engines[3].start()  # a new member joins: another rebalance
         load.join()
-        seen = read_decisions(kafka_bootstrap, base, until=len(events), timeout_s=180)
+        seen = read_decisions(kafka_bootstrap, base, until=len(events), timeout_s=180, inputs=True)
         for engine in (engines[0], engines[2], engines[3]):
             assert engine.terminate() == 0
     finally:
@@ -163,7 +163,9 @@ def test_broker_restart_under_load(
             print(f"restart {n + 1}: decisions again {recoveries[-1]:.1f}s after broker up")
         load.join()
         everything = events + probes
-        seen = read_decisions(kafka_bootstrap, settings, until=len(everything), timeout_s=240)
+        seen = read_decisions(
+            kafka_bootstrap, settings, until=len(everything), timeout_s=240, inputs=True
+        )
         assert engine.alive(), "the engine must survive a broker restart on its own"
         assert engine.terminate() == 0
     finally:

@@ -308,7 +308,7 @@ def test_rolling_upgrade_and_rollback_under_traffic_keep_exactly_once(
             rolled_back = end_offsets(checks, base)  # from here on on b's partitions: old b's
             time.sleep(5)
         produced = read_inputs(checks, base)
-        seen = read_decisions(checks, base, until=len(produced), timeout_s=120)
+        seen = read_decisions(checks, base, until=len(produced), timeout_s=120, inputs=True)
         for name, proc in rollout.procs.items():
             assert proc.terminate() == 0, f"{name} did not drain and exit 0"
     finally:

@@ -108,7 +108,9 @@ def test_a_hung_call_is_cut_restarted_and_decisions_resume(
         _wait_for("/healthz failing while stuck", lambda: _get(port, "/healthz")[0] == 503, 12)
         _wait_for("a new engine", lambda: engine.engine_pid() != hung_pid, 60)
         produce(kafka_bootstrap, settings, events[60:])
-        seen = read_decisions(kafka_bootstrap, settings, until=len(events), timeout_s=120)
+        seen = read_decisions(
+            kafka_bootstrap, settings, until=len(events), timeout_s=120, inputs=True
+        )
         assert _get(port, "/healthz")[0] == 200
         metrics = _get(port, "/metrics")[1]
         assert "reconciler_engine_restarts_total 1.0" in metrics

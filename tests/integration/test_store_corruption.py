@@ -178,7 +178,7 @@ def test_a_corrupted_store_is_wiped_and_restored_alone_under_load(
         assert detected is not None, "the damaged store was never read"
         assert restored_at is not None, "the damaged store was not restored within 60 s"
         assert len(sent) < len(second), "the load ran out before the restore ended"
-        seen = read_decisions(kafka_bootstrap, settings, until=len(first) + len(sent))
+        seen = read_decisions(kafka_bootstrap, settings, until=len(first) + len(sent), inputs=True)
 
     corrupted = [m for _, m in lines.records if "cannot be read" in m]
     assert len(corrupted) == 1, corrupted
