@@ -8,7 +8,9 @@
    bench client from /proc between the first and the last answer, and the ceiling those give
    on this machine's cores; CPU ratios too, which the other load on the machine moves less
    than it moves rates;
-2. resume-to-decision latency at two resume rates (tools/bench_latency.py);
+2. resume-to-decision latency at two resume rates, one process beside the raw EOS pipe under the
+   same load, rounds interleaved, the engine's p99 divided by the pipe's in each round
+   (tools/bench_latency.py);
 3. RSS, restart and restore at 200,000 sessions, a cold restore of 1,000,000, and failover
    when one of three instances is killed (tools/bench_restore.py).
 """

@@ -7,8 +7,11 @@ engine's `reconciler_stage_seconds{stage=...}` histogram (scraped from /metrics 
 the run, quantiles from the difference as Prometheus' histogram_quantile computes them), or
 "n/a" while the engine does not export it.
 
-`--system pipe` runs the raw EOS pipe (tools/bench_pipe.py) under the same load instead: the
-floor that consume -> produce -> commit at the same commit interval gives on this machine.
+Without `--system`, the engine runs beside the raw EOS pipe (tools/bench_pipe.py, committing
+when drained, as the engine commits) under the same load, `--rounds` rounds interleaved, and
+the engine's p50/p99 are divided by the pipe's of the same round: the floor that consume ->
+produce -> commit at the same commit interval gives on this machine. `--system pipe` runs the
+pipe alone.
 `--trace` has the engine write a line per input at each loop step
 (engine/runtime/process/trace.py) and prints where the time of the slowest 1% went
 (tools/latency_trace.py). `--paired --variant
@@ -341,49 +344,108 @@ def _show(value: float | None) -> str:
 
 
 def report(args: argparse.Namespace) -> None:
+    """`make bench`'s latency section: the engine (1 process) beside the raw EOS pipe
+    committing when drained (as the engine commits), rounds interleaved, each round starting
+    with the next system, after one unreported warm-up run of each (a fresh broker answers the
+    first seconds of load several times slower). Per run p50/p99 end to end, the engine's
+    stages, and its p50/p99 ÷ the pipe's in the same round; then per rate the medians and the
+    ratios of every round. `--system pipe|pipe-drained` runs that system alone."""
     system, trace = getattr(args, "system", ENGINE), getattr(args, "trace", False)
-    what = "1 process" if system == ENGINE else f"the raw EOS pipe ({system})"
+    rates = [int(r) for r in args.rates.split(",")]
+    rounds = max(1, getattr(args, "rounds", 1))
+    systems = [PIPE_DRAINED, ENGINE] if system == ENGINE else [system]
+    name = {ENGINE: "engine", PIPE: "pipe", PIPE_DRAINED: "pipe"}
+    beside = " beside the raw EOS pipe (committing when drained, as the engine does)"
     print(
         f"latency: resume -> final decision, end to end (bench client) and per engine stage, "
-        f"{what}, {args.partitions} partitions, commit every {args.commit_ms} ms, "
-        f"{args.seconds} s per rate"
+        f"{'1 process' + beside if system == ENGINE else f'the raw EOS pipe ({system})'}, "
+        f"{args.partitions} partitions, commit every {args.commit_ms} ms, {args.seconds} s per "
+        f"run, {rounds} round(s) interleaved after one unreported warm-up run each"
     )
+    for warm in systems:
+        run_latency(args.bootstrap_servers, args.partitions, args.commit_ms, max(rates), 5, warm)
     print(
-        "| resumes/s + intents/s | answered | end to end p50 / p99 ms | "
-        + " | ".join(f"{s} p50 / p99 ms" for s in STAGES)
-        + " |"
+        "| round | resumes/s + intents/s | system | answered | end to end p50 / p99 ms "
+        "| ÷ pipe p50 / p99 | " + " | ".join(f"{s} p50 / p99 ms" for s in STAGES) + " |"
     )
-    print("|---" * (3 + len(STAGES)) + "|")
+    print("|---" * (6 + len(STAGES)) + "|")
+    got: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+    ratios: dict[int, list[tuple[float, float]]] = defaultdict(list)
     found: list[tuple[int, Breakdown]] = []
-    for rate in (int(r) for r in args.rates.split(",")):
-        samples, stages, where = run_latency(
-            args.bootstrap_servers,
-            args.partitions,
-            args.commit_ms,
-            rate,
-            args.seconds,
-            system,
-            trace,
-        )
-        summary = summarize(where)
-        if summary is not None:
-            found.append((rate, summary))
-        samples.sort()
-        p50 = samples[len(samples) // 2] if samples else None
-        p99 = samples[int(len(samples) * 0.99)] if samples else None
-        cells = [
-            f"{_show(stages[s][0])} / {_show(stages[s][1])}" if s in stages else "n/a"
-            for s in STAGES
-        ]
-        print(
-            f"| {rate} + {rate} | {len(samples):,} / {rate * args.seconds:,} "
-            f"| {_show(p50)} / {_show(p99)} | " + " | ".join(cells) + " |",
-            flush=True,
-        )
+    for n in range(rounds):
+        order = systems[n % len(systems) :] + systems[: n % len(systems)]
+        for rate in rates:
+            row: dict[str, tuple[str, Stages]] = {}
+            runs: dict[str, tuple[float, float]] = {}
+            for one in order:
+                samples, stages, where = run_latency(
+                    args.bootstrap_servers,
+                    args.partitions,
+                    args.commit_ms,
+                    rate,
+                    args.seconds,
+                    one,
+                    trace and one == ENGINE,
+                )
+                summary = summarize(where)
+                if summary is not None:
+                    found.append((rate, summary))
+                p50, p99 = percentile(samples, 0.5), percentile(samples, 0.99)
+                if p50 is not None and p99 is not None:
+                    runs[one] = (p50, p99)
+                    got[(rate, one)].append((p50, p99))
+                row[one] = (
+                    f"{len(samples):,} / {rate * args.seconds:,} | {_show(p50)} / {_show(p99)}",
+                    stages,
+                )
+            pipe = runs.get(PIPE_DRAINED)
+            if pipe is not None and ENGINE in runs:
+                ratios[rate].append((runs[ENGINE][0] / pipe[0], runs[ENGINE][1] / pipe[1]))
+            for one in systems:  # the pipe's row above the engine's, whichever ran first
+                text, stages = row[one]
+                ratio = (
+                    f"{runs[ENGINE][0] / pipe[0]:.2f} / {runs[ENGINE][1] / pipe[1]:.2f}"
+                    if one == ENGINE and pipe is not None and ENGINE in runs
+                    else "-"
+                )
+                cells = [
+                    f"{_show(stages[s][0])} / {_show(stages[s][1])}" if s in stages else "-"
+                    for s in STAGES
+                ]
+                print(
+                    f"| {n + 1} | {rate} + {rate} | {name[one]} | {text} | {ratio} | "
+                    + " | ".join(cells)
+                    + " |",
+                    flush=True,
+                )
     print()
+    if system == ENGINE:
+        print(
+            "| resumes/s + intents/s | engine p50 / p99 ms, median (range) | pipe p50 / p99 ms, "
+            "median (range) | engine ÷ pipe p99, per round | engine ÷ pipe p50, per round |"
+        )
+        print("|---|---|---|---|---|")
+        for rate in rates:
+            cells = [_spread_pair(got[(rate, one)]) for one in (ENGINE, PIPE_DRAINED)]
+            for k in (1, 0):
+                cells.append(", ".join(f"{r[k]:.2f}" for r in ratios[rate]) or "-")
+            print(f"| {rate} + {rate} | " + " | ".join(cells) + " |")
+        print()
     for rate, summary in found:
         print(f"where the time went at {rate} + {rate}/s (tools/latency_trace.py):")
         print(summary.table())
+
+
+def _spread_pair(runs: list[tuple[float, float]]) -> str:
+    """Median (range) of the p50s, then of the p99s, over rounds."""
+    if not runs:
+        return "n/a"
+    parts = []
+    for k in (0, 1):
+        xs = sorted(r[k] for r in runs)
+        mid = statistics.median(xs)
+        parts.append(f"{mid:.1f} ({xs[0]:.1f}-{xs[-1]:.1f})" if len(xs) > 1 else f"{mid:.1f}")
+    return " / ".join(parts)
 
 
 def percentile(samples: list[float], q: float) -> float | None:
@@ -505,7 +567,7 @@ def main() -> None:
     parser.add_argument(
         "--paired", action="store_true", help="the engine against the pipe, rounds interleaved"
     )
-    parser.add_argument("--rounds", type=int, default=3, help="with --paired")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds interleaved")
     parser.add_argument(
         "--first-round",
         type=int,

@@ -104,14 +104,16 @@ class FoldStep:
             return
         parts.metrics.count_fold(topic, parts.ingest.kind_of(event), decisions)
         where = f"{topic}/{partition}/{offset}"
-        if isinstance(event, RepairEvent) or any(d.alert for d in decisions):
+        # `type(...) is`: a negative isinstance on a msgspec class goes through its
+        # metaclass's __instancecheck__ (slow, per input); events are never subclassed.
+        if type(event) is RepairEvent or any(d.alert for d in decisions):
             _log_for_operator(event, decisions, where)
         headers = [("source", where.encode())]
-        produce, decisions_topic = commit.produce, self.decisions_topic
-        for decision, payload in zip(decisions, payloads, strict=True):
-            produce(
-                decisions_topic, decision.session_id.encode(), payload, Step.FOLD, headers=headers
-            )
+        records = [
+            (d.session_id.encode(), payload, headers)
+            for d, payload in zip(decisions, payloads, strict=True)
+        ]
+        commit.produce_all(self.decisions_topic, records, Step.FOLD)
         commit.event_times.append(event.event_time_ms)
         if parts.trace is not None:
             parts.trace.folded((topic, partition, offset), event.session_id)

@@ -3,7 +3,7 @@ steps 4-5 share, and the shape of an output held until its commit begins."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import TopicPartition
@@ -17,6 +17,7 @@ call with its retries: well under `max.poll.interval.ms` (60 s). Step 3 is not u
 # An output produced before its commit began: topic, key, value, step, optional, the caller's
 # outcome callback, the producer's extra arguments.
 Held = tuple[str, bytes | None, bytes, str, bool, Callable[[bool], None] | None, dict[str, Any]]
+Record = tuple[bytes | None, bytes, Any]  # key, value, headers: one output of `produce_all`
 
 
 class Calls(Protocol):
@@ -48,3 +49,7 @@ class Calls(Protocol):
         optional: bool,
         extra: dict[str, Any],
     ) -> bool: ...
+
+    def produce_all(
+        self, topic: str, records: Sequence[Record], step: str, partition: int, last: Any
+    ) -> None: ...

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, Message, TopicPartition
 
-from engine.runtime.commit.calls import STEP_DEADLINE_S, Calls, Held
+from engine.runtime.commit.calls import STEP_DEADLINE_S, Calls, Held, Record
 from engine.runtime.commit.errors import AbortableError, RejoinError
 from engine.runtime.commit.protocol import Step
 from engine.runtime.commit.status import TERMINAL, CommitStatus, check
@@ -121,6 +121,22 @@ class Commit:
             outcome(delivered)
         return delivered
 
+    def produce_all(
+        self, topic: str, batch: Sequence[Record], step: str, partition: int = -1, last: Any = None
+    ) -> None:
+        """`produce` of each (key, value, headers), none optional, `last` the delivery callback
+        of the last one: once the commit is open, one call for all (this runs per input)."""
+        if self.status is S.OPEN:
+            try:
+                return self.calls.produce_all(topic, batch, step, partition, last)
+            except RejoinError:
+                self.fail()
+                raise
+        for n, (key, value, headers) in enumerate(batch):
+            extra = {"headers": headers} | ({"partition": partition} if partition >= 0 else {})
+            callback = {"on_delivery": last} if last is not None and n == len(batch) - 1 else {}
+            self.produce(topic, key, value, step, **extra, **callback)
+
     # Step 3
     def write_changelog(
         self,
@@ -144,17 +160,10 @@ class Commit:
                 # Aborted, its inputs are read again; the task then encodes that session at
                 # every fold, so the one input that breaks its state is dead-lettered alone.
                 raise AbortableError(f"step {Step.CHANGELOG}: {exc}") from exc
-            last = len(writes) - 1
-            for n, write in enumerate(writes):
-                self.produce(
-                    changelog,
-                    write.session_id.encode(),
-                    write.state or b"",
-                    Step.CHANGELOG,
-                    partition=task.partition,
-                    headers=pending_header(write),
-                    on_delivery=_changelog_delivered(task) if n == last else None,
-                )
+            records = [(w.session_id.encode(), w.state or b"", pending_header(w)) for w in writes]
+            if records:
+                delivered = _changelog_delivered(task)
+                self.produce_all(changelog, records, Step.CHANGELOG, task.partition, delivered)
         for task in tasks:
             task.seal()
         self.tasks, self.offsets = tasks, offsets

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from engine.runtime.clients import ProducerLike
-from engine.runtime.commit.calls import STEP_DEADLINE_S
+from engine.runtime.commit.calls import STEP_DEADLINE_S, Record
 from engine.runtime.commit.commit import Commit
 from engine.runtime.commit.errors import AbortableError, RejoinError
 from engine.runtime.commit.status import CommitStatus
@@ -223,21 +223,53 @@ class Transactions:
             except BufferError:
                 self.call(f"{step} produce (queue full)", lambda _: self.producer.poll(0.05))
             except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                kind = classify(error, deadline_passed=True)
-                if kind is ErrorClass.ABORTABLE:
-                    raise AbortableError(f"step {step}: {error}") from exc
-                if optional and not error.fatal():
-                    log.error(
-                        "step %s: %s refused a record (%d bytes), skipped: %s",
-                        step,
-                        topic,
-                        len(value),
-                        error,
-                    )
-                    return False
-                self.failed = True
-                raise RejoinError(f"step {step}: {error}") from exc
+                return self._refused(exc, topic, value, step, optional)
+
+    def produce_all(
+        self, topic: str, records: Sequence[Record], step: str, partition: int, last: Any
+    ) -> None:
+        """`produce_now` of each (key, value, headers) record, none optional, `last` the last
+        one's delivery callback, in one loop over the producer (a call frame and a keyword
+        dict less per record than `produce_now`; this runs once per input)."""
+        produce, end = self.producer.produce, len(records) - 1
+        for n, (key, value, headers) in enumerate(records):
+            callback = last if n == end else None
+            try:
+                produce(
+                    topic,
+                    key=key,
+                    value=value,
+                    partition=partition,
+                    headers=headers,
+                    on_delivery=callback,
+                )
+            except BufferError:  # produce_now waits for deliveries and tries again
+                extra = {"partition": partition, "headers": headers, "on_delivery": callback}
+                self.call(f"{step} produce (queue full)", lambda _: self.producer.poll(0.05))
+                self.produce_now(topic, key, value, step, False, extra)
+            except KafkaException as exc:
+                self._refused(exc, topic, value, step, optional=False)
+
+    def _refused(
+        self, exc: KafkaException, topic: str, value: bytes, step: str, optional: bool
+    ) -> bool:
+        """A record the producer refused: abortable and fatal errors raise; an `optional` one
+        refused for itself is logged and skipped (False)."""
+        error: KafkaError = exc.args[0]
+        kind = classify(error, deadline_passed=True)
+        if kind is ErrorClass.ABORTABLE:
+            raise AbortableError(f"step {step}: {error}") from exc
+        if optional and not error.fatal():
+            log.error(
+                "step %s: %s refused a record (%d bytes), skipped: %s",
+                step,
+                topic,
+                len(value),
+                error,
+            )
+            return False
+        self.failed = True
+        raise RejoinError(f"step {step}: {error}") from exc
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Best effort at shutdown: a fenced or failed producer is dropped, never flushed
