@@ -103,10 +103,9 @@ class Commit:
         **extra: Any,
     ) -> bool:
         """Step 2 (and 3): queue one output in the open transaction; before step 1 it is held
-        (one producer has one transaction, and the previous commit may still own it) and True
-        returned. `outcome`, if given, is told the real result once the output is produced, and
-        never if a held output is dropped. An `optional` output (a dead letter) the producer
-        refuses for itself is logged and skipped: False."""
+        (the previous commit may still own the producer's one transaction): True. `outcome` is
+        told the real result once produced (never for a dropped held output). An `optional`
+        output (a dead letter) the producer refuses is logged and skipped: False."""
         if self.status is S.NEW:
             self._held.append((topic, key, value, step, optional, outcome, extra))
             return True
@@ -145,15 +144,13 @@ class Commit:
         offsets: list[TopicPartition],
         group_metadata: Callable[[], Any],
     ) -> None:
-        """Step 3: one changelog record per session this transaction changed; then each task
-        seals its write cache (step 6 persists exactly that), and the offsets step 4 sends
-        are taken now, with the group metadata, in the loop's thread."""
+        """Step 3: a changelog record per session this transaction changed; each task seals its
+        write cache (what step 6 persists); step 4's offsets and group metadata are taken now."""
         check(self.number, self.status, S.SEALED)
         self.sealed_at = time.monotonic()
         for task in tasks:
-            # Only the last record reports its offset: the idempotent producer delivers one
-            # partition in order, so it is the highest (a callback per record cost more than
-            # the record's produce).
+            # Only the last record reports its offset, the highest: one partition is delivered
+            # in order (a callback per record cost more than the record's produce).
             try:
                 writes = task.changelog_records()
             except StateEncodeError as exc:
@@ -226,8 +223,7 @@ class Commit:
         return self._worker is None or not self._worker.is_alive()
 
     def join(self) -> None:
-        """Wait for the worker; raise what steps 4-5 raised. Bounded by the worker's own
-        watchdog guards."""
+        """Wait for the worker (bounded by its watchdog guards); raise what steps 4-5 raised."""
         worker = self._worker
         if worker is None:
             return
