@@ -241,7 +241,12 @@ def test_rolling_restart_of_every_broker(
 
     Would catch: an engine that stalls on a leader moving under an open transaction (a stall
     over 15 s), a group or transaction coordinator move that fences or wedges it, and decisions
-    lost or doubled across the moves."""
+    lost or doubled across the moves.
+
+    Seen to fail (one roll, 5 December 2026) with the producer's `reconnect.backoff.ms` and
+    `reconnect.backoff.max.ms` at 60 s in `producer_config` (a producer slow to reconnect to a
+    restarted broker): the watchdog cut step 4's send_offsets twice (5.2 and 5.9 s against its
+    5 s budget) and the test failed with "no decision for 28.5s during the roll"."""
     with engine_under_load(
         cluster, unique_name, tmp_path, seconds=150 * ROLLS, rate=BACKGROUND_RATE
     ) as run:
@@ -319,7 +324,12 @@ def test_isr_below_min_insync_replicas_stops_and_resumes(
 
     Would catch: a decision made visible without two replicas (acks or min ISR not honoured),
     an engine that gives up, loses or doubles inputs while its writes are refused, a /readyz
-    that stays "ready" with nothing decided, and an engine that needs a restart to resume."""
+    that stays "ready" with nothing decided, and an engine that needs a restart to resume.
+
+    Seen to fail (5 December 2026) with the ISR watch (engine/admin/isr_watch.py) comparing
+    each partition's ISR with 1 instead of the topic's min.insync.replicas: no decision was
+    made while starved, but /readyz answered 200 "ready" and the test failed on
+    `assert status == 503`."""
     with engine_under_load(cluster, unique_name, tmp_path, seconds=90, rate=BACKGROUND_RATE) as run:
         _set_min_isr(cluster, run.settings.topics.inputs, 1)
         time.sleep(3)
