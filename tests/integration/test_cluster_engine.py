@@ -241,7 +241,12 @@ def test_rolling_restart_of_every_broker(
 
     Would catch: an engine that stalls on a leader moving under an open transaction (a stall
     over 15 s), a group or transaction coordinator move that fences or wedges it, and decisions
-    lost or doubled across the moves."""
+    lost or doubled across the moves.
+
+    Seen to fail (one roll, 5 December 2026) with the producer's `reconnect.backoff.ms` and
+    `reconnect.backoff.max.ms` at 60 s in `producer_config` (a producer slow to reconnect to a
+    restarted broker): the watchdog cut step 4's send_offsets twice (5.2 and 5.9 s against its
+    5 s budget) and the test failed with "no decision for 28.5s during the roll"."""
     with engine_under_load(
         cluster, unique_name, tmp_path, seconds=150 * ROLLS, rate=BACKGROUND_RATE
     ) as run:
@@ -319,7 +324,12 @@ def test_isr_below_min_insync_replicas_stops_and_resumes(
 
     Would catch: a decision made visible without two replicas (acks or min ISR not honoured),
     an engine that gives up, loses or doubles inputs while its writes are refused, a /readyz
-    that stays "ready" with nothing decided, and an engine that needs a restart to resume."""
+    that stays "ready" with nothing decided, and an engine that needs a restart to resume.
+
+    Seen to fail (5 December 2026) with the ISR watch (engine/admin/isr_watch.py) comparing
+    each partition's ISR with 1 instead of the topic's min.insync.replicas: no decision was
+    made while starved, but /readyz answered 200 "ready" and the test failed on
+    `assert status == 503`."""
     with engine_under_load(cluster, unique_name, tmp_path, seconds=90, rate=BACKGROUND_RATE) as run:
         _set_min_isr(cluster, run.settings.topics.inputs, 1)
         time.sleep(3)
@@ -358,7 +368,11 @@ def test_200_ms_latency_on_every_broker_connection(
 
     Would catch: a round trip per input or per small batch (decisions/s would fall far below
     the input rate), and a deadline shorter than a few round trips (transactions aborted: the
-    abort counter)."""
+    abort counter).
+
+    Seen to fail (5 December 2026) with the producer's `transaction.timeout.ms` at 1 s in
+    `producer_config` (a transaction deadline of a few round trips): 0 decisions/s in the
+    window, and the test failed with "2 transactions aborted under 200 ms latency"."""
     defaults = Settings.model_fields
     extra = {
         name: defaults[name].default
@@ -394,7 +408,13 @@ def test_partitioned_from_the_transaction_coordinator(
 
     Would catch: a request that waits on a silent connection with no deadline of ours (no
     decisions after the heal), a transaction the broker aborted meanwhile being taken for
-    committed (lost or doubled decisions), and an engine that needs a restart by hand."""
+    committed (lost or doubled decisions), and an engine that needs a restart by hand.
+
+    Seen to fail (5 December 2026) with the engine stopping instead of rejoining after a fatal
+    Kafka error (`Engine.run` leaving its loop when `_run_clients` returns False): during the
+    partition step 4's send_offsets timed out and the transaction was aborted, the abort
+    failed fatally (INVALID_TXN_STATE), the engine exited 0 and the test failed with "no
+    decisions within 85s of a fault"."""
     with engine_under_load(
         cluster,
         unique_name,
