@@ -83,6 +83,12 @@ class SteadyLoad(threading.Thread):
         if left:
             self.failures.append(f"{left} inputs not delivered")
 
+    def seconds_left(self) -> float:
+        """Seconds until every event is sent at `rate` (the whole run before it starts)."""
+        if not self.started_at:
+            return len(self.events) / self.rate
+        return self.started_at + len(self.events) / self.rate - time.monotonic()
+
     def finish(self, timeout_s: float) -> list[Event]:
         """Stop producing; the inputs sent, once every one of them is delivered."""
         self.stopping.set()
