@@ -7,6 +7,7 @@ from typing import Any
 from msgspec.structs import replace
 
 from engine.core.authority import awaits_grant, check_writer, renew
+from engine.core.causal import missing
 from engine.core.decide import (
     ACTION_REPAIR,
     decide,
@@ -186,13 +187,30 @@ def ack_ready(state: SessionState, event: AckEvent) -> bool:
         return False
     slot = state.slot
     if slot is None or slot.intent_id != event.intent_id:
-        # A v3 ack follows its intent in its producer's chain, so that intent was folded
-        # (`causal.py`): an id the state no longer holds is a write superseded since, whose
-        # evidence changes nothing, however many intents superseded it.
-        return event.causal is not None or event.intent_id == state.previous_intent_id
+        # An id the state no longer holds is a write superseded since, whose evidence changes
+        # nothing, however many intents superseded it, when the ack's causal order says its
+        # intent was folded (`follows_its_intent`); otherwise it waits for that intent.
+        return follows_its_intent(state, event) or event.intent_id == state.previous_intent_id
     if awaits_rearm(state, event):
         return False
     return not (event.outcome is OUTCOME_COMMITTED and slot.status is SLOT_HELD)
+
+
+def follows_its_intent(state: SessionState, event: AckEvent) -> bool:
+    """Whether the ack's causal context says its intent was folded: it names a runner event
+    (a runner ack its own previous one; a store ack, beside the store's previous ack, the
+    runner event its append followed), which follows the intent in that runner's chain, and
+    every event it names is folded. Not an ack that stopped waiting without its causes
+    (evicted, or released by the watermark: `causal.py`), nor a store ack naming only the
+    store's own acks: such an ack is folded as one without causal context would be, and
+    waits for its intent (SPEC.md §7 "Causal context")."""
+    context = event.causal
+    if context is None or missing(state, context):
+        return False
+    own = context.producer
+    if event.source is SOURCE_RUNNER:
+        return any(cause.producer == own for cause in context.after)
+    return any(cause.producer != own for cause in context.after)
 
 
 def awaits_rearm(state: SessionState, event: AckEvent) -> bool:

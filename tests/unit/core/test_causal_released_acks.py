@@ -5,9 +5,9 @@ without its causes (evicted beyond `CAUSAL_WAIT_LIMIT`, or released by the water
 as it stands, as a producer without causal context would be (SPEC.md §7 "Causal context"):
 it waits for its intent, and a store ack's tail is checked when that intent arrives.
 
-The case is the one where the store ack is the only evidence (SPEC.md §6 "Store acks carry the
-tail the store saw"): a backend that rewrites items, where a resume's tail is compared by
-``before`` and length only, and a foreign rewrite of the batch in the append's transaction.
+The case is one where the store ack is the only evidence (SPEC.md §6 "Store acks carry the tail
+the store saw"): a foreign rewrite of the batch in the append's transaction, then a resume of a
+checkpoint saved after the runner's own COMMITTED ack, which has no pending record to classify.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from engine.core.events import (
 from engine.core.fold import fold
 from engine.core.state import CAUSAL_WAIT_LIMIT, PARK_MS, Health, SessionState
 from engine.core.watermark import expire
-from tests.unit.core.builders import ack, d, fold_all, intent, msg, record, resume
+from tests.unit.core.builders import ack, d, fold_all, intent, msg, resume
 
 BEFORE = [msg("hello")]
 BATCH = [msg("a"), msg("b")]
@@ -56,24 +56,20 @@ STORE_ACK = replace(
     observed_tail=d([*BEFORE, *REWRITTEN]),
     causal=ctx(STORE, 0, ("r1", 1)),
 )
-# A restored runner rereads the Session in the stored form: on this backend it matches
-# ``before`` and the batch's length, so only the store's tail shows the rewrite.
-RESUME = resume(
-    "q1",
-    record(BATCH, BEFORE),
-    [*BEFORE, msg("a, as stored"), msg("b, as stored")],
-    binding=UNSTABLE,
-    t=200_000,
-)
+# r1's own ack, then a checkpoint with no pending record (the SDK dropped it on success), then
+# r1 crashed. r2's resume of that checkpoint is granted on the session's health alone (SPEC.md
+# §6: no pending write, no tail to classify), so the store's tail is the only evidence.
+RUNNER_ACK = replace(ack("a2", AckOutcome.COMMITTED, t=1_150), causal=ctx("r1", 2, ("r1", 1)))
+RESUME = resume("q1", None, [*BEFORE, *REWRITTEN], binding=UNSTABLE, t=200_000)
 
 
 def _by_id(decisions: list[Decision]) -> dict[str, tuple[Verdict, Reason, bool]]:
     return {x.decision_id: (x.verdict, x.reason, x.alert) for x in decisions}
 
 
-def _fold(state: SessionState | None, events: list[Event], start: int) -> tuple[
-    SessionState, list[Decision]
-]:
+def _fold(
+    state: SessionState | None, events: list[Event], start: int
+) -> tuple[SessionState, list[Decision]]:
     decisions: list[Decision] = []
     for n, event in enumerate(events, start=start):
         result = fold(state, event, n)
@@ -86,7 +82,9 @@ def _fillers(count: int) -> list[Event]:
     """Acks of other producers naming events that never come: each waits for its causes."""
     return [
         replace(
-            ack(f"w{n}", AckOutcome.NOT_WRITTEN, intent_id=f"other{n}", runner=f"w{n}", t=1_200 + n),
+            ack(
+                f"w{n}", AckOutcome.NOT_WRITTEN, intent_id=f"other{n}", runner=f"w{n}", t=1_200 + n
+            ),
             causal=ctx(f"w{n}", 1, (f"w{n}", 0)),
         )
         for n in range(count)
@@ -95,7 +93,7 @@ def _fillers(count: int) -> list[Event]:
 
 def test_in_causal_order_the_rewrite_is_history_changed_and_nothing_is_granted() -> None:
     """The reference: what the spec says the store ack is answered."""
-    state, decisions = fold_all([REGISTER, STORE_ACK, RESUME])
+    state, decisions = fold_all([REGISTER, STORE_ACK, RUNNER_ACK, RESUME])
     answers = _by_id(decisions)
     assert answers["a1"] == (Verdict.RECORDED, Reason.HISTORY_CHANGED, True)
     assert answers["q1"][:2] == (Verdict.WITHHELD, Reason.SESSION_AMBIGUOUS)
@@ -106,11 +104,12 @@ def test_a_store_ack_evicted_ahead_of_its_intent_waits_for_it_and_its_tail_is_ch
     """Evicted from the causal wait by 32 later waiting inputs before its intent came, the ack
     is folded as a store ack without causal context: it waits for its intent (its first answer
     stands), then its tail is checked. It used to be answered ACCEPTED at eviction, as the ack
-    of a superseded write, the rewrite was lost and the resume was granted CONTINUE."""
+    of a superseded write, the rewrite was lost and the resume was granted CONTINUE
+    NO_PENDING_WRITE (DO_NOT_REPLAY) on a Session another writer had changed."""
     state, decisions = _fold(None, [STORE_ACK, *_fillers(CAUSAL_WAIT_LIMIT)], 0)
     assert [x.decision_id for x in decisions if x.in_reply_to == "a1"] == ["a1"]
     assert len(state.causal_waiting) == CAUSAL_WAIT_LIMIT
-    state, later = _fold(state, [REGISTER, RESUME], 100)
+    state, later = _fold(state, [REGISTER, RUNNER_ACK, RESUME], 100)
     answers = _by_id([*decisions, *later])
     assert answers["a1"][:2] == (Verdict.RECORDED, Reason.PARKED)
     assert answers["a1/final"] == (Verdict.RECORDED, Reason.HISTORY_CHANGED, True)
@@ -128,8 +127,9 @@ def test_a_store_ack_released_by_the_watermark_before_its_intent_is_tail_checked
     answers = _by_id([*decisions, *released])
     assert answers["e1/final"][:2] == (Verdict.RECORDED, Reason.ACCEPTED)
     assert answers["a1/final"] == (Verdict.RECORDED, Reason.HISTORY_CHANGED, True)
-    assert state.parked_acks == [] and state.causal_waiting == []
-    state, later = _fold(state, [RESUME], 100)
+    assert state.parked_acks == []
+    assert state.causal_waiting == []
+    state, later = _fold(state, [RUNNER_ACK, RESUME], 100)
     assert _by_id(later)["q1"][:2] == (Verdict.WITHHELD, Reason.SESSION_AMBIGUOUS)
 
 
@@ -140,7 +140,8 @@ def test_an_ack_the_watermark_releases_with_no_intent_is_unknown_intent() -> Non
     state, _ = _fold(None, [STORE_ACK], 0)
     state, released = expire(state, STORE_ACK.event_time_ms + PARK_MS)
     assert _by_id(released) == {"a1/final": (Verdict.RECORDED, Reason.UNKNOWN_INTENT, False)}
-    assert state.parked_acks == [] and state.causal_waiting == []
+    assert state.parked_acks == []
+    assert state.causal_waiting == []
     assert state.health is Health.CLEAR
 
 
@@ -153,11 +154,15 @@ def test_a_store_ack_that_names_no_runner_event_waits_for_its_intent() -> None:
         causal=ctx("r1", 0),
     )
     first_ack = replace(
-        STORE_ACK, event_id="a0", intent_id="i0", observed_tail=None, causal=ctx(STORE, 0, ("r1", 0))
+        STORE_ACK,
+        event_id="a0",
+        intent_id="i0",
+        observed_tail=None,
+        causal=ctx(STORE, 0, ("r1", 0)),
     )
     lone = replace(STORE_ACK, causal=ctx(STORE, 1, (STORE, 0)))
     second = replace(REGISTER, causal=ctx("r1", 1, ("r1", 0)))
-    state, decisions = fold_all([first, first_ack, lone, second, RESUME])
+    state, decisions = fold_all([first, first_ack, lone, second, RUNNER_ACK, RESUME])
     answers = _by_id(decisions)
     assert answers["a0"][:2] == (Verdict.RECORDED, Reason.ACCEPTED)
     assert answers["a1"][:2] == (Verdict.RECORDED, Reason.PARKED)
