@@ -117,6 +117,19 @@ def test_a_store_ack_evicted_ahead_of_its_intent_waits_for_it_and_its_tail_is_ch
     assert (state.health, state.health_reason) == (Health.AMBIGUOUS, Reason.HISTORY_CHANGED)
 
 
+def test_an_evicted_runner_ack_stays_unbound_from_its_causes_once_it_is_noted() -> None:
+    """A runner ack names its own previous event, and folding it raises its producer's mark
+    past that event: parked for its intent, it must still not pass for a superseded write's
+    ack when it is looked at again. It lands on its intent when that arrives."""
+    state, decisions = _fold(None, [RUNNER_ACK, *_fillers(CAUSAL_WAIT_LIMIT)], 0)
+    assert [x.decision_id for x in decisions if x.in_reply_to == "a2"] == ["a2"]
+    assert [a.event_id for a in state.parked_acks] == ["a2"]
+    state, later = _fold(state, [REGISTER], 100)
+    assert _by_id(later)["a2/final"] == (Verdict.RECORDED, Reason.ACCEPTED, False)
+    assert state.slot is not None
+    assert state.slot.committed_by_runner
+
+
 def test_a_store_ack_released_by_the_watermark_before_its_intent_is_tail_checked() -> None:
     """Both the intent and its store ack wait for r1#0, which never comes; the watermark folds
     them as they stand, the ack first (it arrived first). The ack waits for the intent folded
