@@ -174,9 +174,9 @@ def released(waiting: CausalWait) -> CausalWait:
     if event.causal is None:
         return waiting
     bare = replace(event, causal=replace(event.causal, after=[]))
-    if isinstance(bare, IntentEvent):
+    if type(bare) is IntentEvent:
         return replace(waiting, intent=bare)
-    if isinstance(bare, AckEvent):
+    if type(bare) is AckEvent:
         return replace(waiting, ack=bare)
     return replace(waiting, resume=bare)
 
