@@ -186,13 +186,30 @@ def ack_ready(state: SessionState, event: AckEvent) -> bool:
         return False
     slot = state.slot
     if slot is None or slot.intent_id != event.intent_id:
-        # A v3 ack follows its intent in its producer's chain, so that intent was folded
-        # (`causal.py`): an id the state no longer holds is a write superseded since, whose
-        # evidence changes nothing, however many intents superseded it.
-        return event.causal is not None or event.intent_id == state.previous_intent_id
+        # An id the state no longer holds is a write superseded since, whose evidence changes
+        # nothing, however many intents superseded it, when the ack's causal order says its
+        # intent was folded (`follows_its_intent`); otherwise it waits for that intent.
+        return follows_its_intent(event) or event.intent_id == state.previous_intent_id
     if awaits_rearm(state, event):
         return False
     return not (event.outcome is OUTCOME_COMMITTED and slot.status is SLOT_HELD)
+
+
+def follows_its_intent(event: AckEvent) -> bool:
+    """Whether the ack's causal context says its intent was folded: it names a runner event (a
+    runner ack its own previous one; a store ack, beside the store's previous ack, the runner
+    event its append followed), which follows the intent in that runner's chain, and it was
+    folded only after it. Not a store ack naming only the store's own acks, nor an ack folded
+    without its causes (evicted, or released by the watermark), which names none any more
+    (`causal.released`): such an ack is folded as one without causal context would be, and
+    waits for its intent (SPEC.md §7 "Causal context")."""
+    context = event.causal
+    if context is None:
+        return False
+    own = context.producer
+    if event.source is SOURCE_RUNNER:
+        return any(cause.producer == own for cause in context.after)
+    return any(cause.producer != own for cause in context.after)
 
 
 def awaits_rearm(state: SessionState, event: AckEvent) -> bool:

@@ -10,7 +10,7 @@ fold folds each waiting one whose causes are now all folded (`fold.py`), and its
 
 A wait ends without its cause only at the partition watermark, `PARK_MS` of event time after
 the input (`watermark.expire`), or when more than `CAUSAL_WAIT_LIMIT` wait: the input is then
-folded as it stands, as a producer without causal context would have been.
+folded as it stands, as a producer without causal context would have been (`released`).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def wait(
     queue = [*state.causal_waiting, entry]
     evicted, kept = queue[:-CAUSAL_WAIT_LIMIT], queue[-CAUSAL_WAIT_LIMIT:]
     answer = waiting_answer(state, event)
-    return replace(state, causal_waiting=kept), answer, evicted
+    return replace(state, causal_waiting=kept), answer, [released(w) for w in evicted]
 
 
 def answer_waiting_copy(state: SessionState, event: Event) -> Decision | None:
@@ -160,8 +160,25 @@ def without(state: SessionState, waiting: CausalWait) -> SessionState:
 
 
 def overdue(state: SessionState, at_ms: int) -> list[CausalWait]:
-    """Waiting inputs `PARK_MS` older than the watermark ``at_ms``, oldest first."""
-    return [w for w in state.causal_waiting if event_of(w).event_time_ms + PARK_MS <= at_ms]
+    """Waiting inputs `PARK_MS` older than the watermark ``at_ms``, oldest first, `released`."""
+    return [
+        released(w) for w in state.causal_waiting if event_of(w).event_time_ms + PARK_MS <= at_ms
+    ]
+
+
+def released(waiting: CausalWait) -> CausalWait:
+    """``waiting`` as it is folded without its causes: its event names none any more (`after`
+    emptied; its producer and seq stay), so nothing reads it as following them, also once it is
+    noted or parked (`acks.follows_its_intent`): it is folded as it stands."""
+    event = event_of(waiting)
+    if event.causal is None:
+        return waiting
+    bare = replace(event, causal=replace(event.causal, after=[]))
+    if type(bare) is IntentEvent:
+        return replace(waiting, intent=bare)
+    if type(bare) is AckEvent:
+        return replace(waiting, ack=bare)
+    return replace(waiting, resume=bare)
 
 
 def deadline(state: SessionState) -> int | None:
