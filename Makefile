@@ -54,23 +54,27 @@ demo: setup
 	$(VENV)/bin/reconciler demo --embedded-engine --bootstrap-servers $(BOOTSTRAP)
 
 ## soak: 100 kill -9s of the engine and 20 broker restarts, each under load, then the
-## exactly-once check (a long run, not part of make test). KILLS=, RESTARTS= override.
+## exactly-once check (a long run, not part of make test). KILLS=, RESTARTS= override. Logs
+## stay in .kafka/soak-logs until the next soak.
 soak: setup
 	RECONCILER_SOAK_KILLS=$${KILLS:-100} RECONCILER_SOAK_RESTARTS=$${RESTARTS:-20} bash tools/test.sh \
 		-m kafka tests/integration/test_engine_crash.py \
-		"tests/integration/test_engine_resilience.py::test_broker_restart_under_load" -q -s
+		"tests/integration/test_engine_resilience.py::test_broker_restart_under_load" -q -s \
+		--basetemp=.kafka/soak-logs
 
 ## soak-cluster: the three-broker fault tests under load, looped (not part of make test): 20
 ## kill -9s of the transaction coordinator, 5 rolling restarts, 10 partitions of the engine
 ## from a broker's clients for 30 s, then the exactly-once check of each. KILLS=, ROLLS=,
 ## PARTITIONS=, PARTITION_S=, RATE= (inputs/s) override; TEST= (-k) runs one of the three
-## (e.g. TEST=rolling), so the soak can be taken in parts.
+## (e.g. TEST=rolling), so the soak can be taken in parts. Engine and broker logs stay in
+## .kafka/soak-cluster-logs until the next soak (other pytest runs cannot rotate them away).
 soak-cluster: setup
 	RECONCILER_CLUSTER_KILLS=$${KILLS:-20} RECONCILER_CLUSTER_ROLLS=$${ROLLS:-5} \
 	RECONCILER_CLUSTER_PARTITIONS=$${PARTITIONS:-10} RECONCILER_CLUSTER_PARTITION_S=$${PARTITION_S:-30} \
 	RECONCILER_CLUSTER_RATE=$${RATE:-1000} RECONCILER_CLUSTER_BACKGROUND_RATE=$${RATE:-1000} \
 	bash tools/test.sh -m cluster \
-		tests/integration/test_cluster_engine.py -k "$${TEST:-kill_9 or rolling or partitioned}" -q -s
+		tests/integration/test_cluster_engine.py -k "$${TEST:-kill_9 or rolling or partitioned}" -q -s \
+		--basetemp=.kafka/soak-cluster-logs
 
 ## soak-core: the lifecycle properties over 100,000 random examples each (no broker; prints
 ## Hypothesis's statistics), the v3 one under six merges of the three topics per program. TEST= narrows it (-k).
