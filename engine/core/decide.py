@@ -1,10 +1,8 @@
-"""The decision builder shared by every handler: trail, answer, state copy, operator actions."""
+"""The decision builder shared by every handler: trail, answer, operator actions."""
 
 from __future__ import annotations
 
 from typing import Final, final
-
-from msgspec.structs import replace
 
 from engine.core.events import (
     GRANTING_VERDICTS,
@@ -32,11 +30,7 @@ from engine.core.members import (
     VERDICT_CONTINUE,
     VERDICT_REJECTED,
 )
-from engine.core.state import (
-    RECENT_EVENT_IDS,
-    IntentSlot,
-    SessionState,
-)
+from engine.core.state import IntentSlot, SessionState
 
 ACTION_REPAIR = (
     "Inspect the Session tail against the intent's digests, then publish a repair command "
@@ -128,11 +122,6 @@ def action_of(verdict: Verdict, reason: Reason) -> RunnerAction:
     if verdict is VERDICT_CONTINUE and reason is REASON_HELD_RIDES:
         return RUNNER_RELEASE_HELD
     return _ACTION_OF_VERDICT.get(verdict, RUNNER_NONE)
-
-
-def _remember(state: SessionState, event_id: str) -> SessionState:
-    recent = [*state.recent_event_ids, event_id][-RECENT_EVENT_IDS:]
-    return replace(state, recent_event_ids=recent)
 
 
 def reject(
