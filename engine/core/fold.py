@@ -161,20 +161,21 @@ def _fold_now(
         # release or re-arm (judged on that attempt before a resume is); an ack or a resume,
         # re-arms waiting for their failure; a resume, writes waiting for a grant. A repair
         # rides on the intents topic but, like the watermark, times nothing.
+        kind = type(event)
         state, settled = expire_writes(
             state,
             event.event_time_ms,
-            acks=isinstance(event, (IntentEvent, ResumeEvent)),
-            unseen=isinstance(event, IntentEvent),
-            rearms=isinstance(event, (AckEvent, ResumeEvent)),
-            grants=isinstance(event, ResumeEvent),
+            acks=kind is IntentEvent or kind is ResumeEvent,
+            unseen=kind is IntentEvent,
+            rearms=kind is AckEvent or kind is ResumeEvent,
+            grants=kind is ResumeEvent,
         )
     new_state, decisions = _dispatch(state, event, position)
     new_state = note(new_state, event)
     if not _waiting(new_state):
         return new_state, [*decisions, *settled]
     new_state, finals = drain(new_state)
-    if isinstance(event, IntentEvent):
+    if type(event) is IntentEvent:
         new_state, expired = expire_overdue(new_state, event.event_time_ms, all_topics=False)
         finals.extend(expired)
     return new_state, [*decisions, *settled, *finals]
