@@ -74,6 +74,9 @@ class _Txn:
     def produce(self, *args: Any, **kwargs: Any) -> bool:
         return True
 
+    def produce_all(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
 
 def consumed_batches(
     sessions: int, topics: dict[RecordType, str]

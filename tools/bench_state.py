@@ -11,6 +11,13 @@ checkpointed, as the bench measures the state directory of a stopped engine).
 the states tools/bench_fold.py commits (its mix of 2,000 sessions), rounds interleaved v2, v3,
 v2, ..., and prints the median µs per state and the v3/v2 ratio of each round's pair (both
 versions as the generated Python text; the engine runs the current one compiled by `make`).
+
+``--msgpack-rounds N`` times, on the same states, the engine's state codec (`Codec.encode` and
+`Codec.decode` of the current session_state version, header included, as step 3 and a restore
+call them) beside msgspec's MessagePack encoder and typed decoder of the same `SessionState`
+values, rounds interleaved, and prints the median µs per state, the msgpack/Avro ratio of each
+round's pair and the bytes. A measurement of a possible private format only: the persisted
+state stays Avro (a rolling upgrade needs both releases to read each other's state).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from msgspec.structs import replace
 
 from engine.core.fold import fold
@@ -173,11 +181,55 @@ def codec_rounds(rounds: int) -> None:
     print(f"| body bytes (mean) | {mean_bytes[2]:.0f} | {mean_bytes[3]:.0f} | |")
 
 
+def msgpack_rounds(rounds: int) -> None:
+    """The engine's Avro state codec and msgspec's MessagePack on the same states, interleaved."""
+    _, commits = fold_all(build_log(2_000), 500)
+    states = [state for commit in commits for state in commit]
+    encoder, decoder = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(SessionState)
+    avro = [CODEC.encode(state) for state in states]
+    packed = [encoder.encode(state) for state in states]
+    assert [CODEC.decode(STATE, data) for data in avro] == states
+    assert [decoder.decode(data) for data in packed] == states
+    paths: dict[str, tuple[Any, Any, list[bytes]]] = {
+        "avro": (CODEC.encode, lambda data: CODEC.decode(STATE, data), avro),
+        "msgpack": (encoder.encode, decoder.decode, packed),
+    }
+    timings: dict[tuple[str, str], list[float]] = {}
+    clock = time.process_time
+    for _ in range(rounds):
+        for name, (write, read, blobs) in paths.items():
+            start = clock()
+            for state in states:
+                write(state)
+            middle = clock()
+            for blob in blobs:
+                read(blob)
+            end = clock()
+            timings.setdefault((name, "encode"), []).append((middle - start) / len(states))
+            timings.setdefault((name, "decode"), []).append((end - middle) / len(states))
+    print(f"{len(states):,} committed states of the bench_fold mix, {rounds} rounds interleaved:")
+    print("| stage | Avro µs/state | msgpack µs/state | msgpack/Avro (median of paired rounds) |")
+    print("|---|---|---|---|")
+    for stage in ("encode", "decode"):
+        a, m = timings[("avro", stage)], timings[("msgpack", stage)]
+        ratio = statistics.median(y / x for x, y in zip(a, m, strict=True))
+        print(
+            f"| {stage} | {statistics.median(a) * 1e6:.2f} | {statistics.median(m) * 1e6:.2f} "
+            f"| {ratio:.2f} |"
+        )
+    mean = {name: sum(map(len, blobs)) / len(states) for name, (_, _, blobs) in paths.items()}
+    print(f"| bytes (mean) | {mean['avro']:.0f} | {mean['msgpack']:.0f} | |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=200_000)
     parser.add_argument("--codec-rounds", type=int, default=0)
+    parser.add_argument("--msgpack-rounds", type=int, default=0)
     args = parser.parse_args()
+    if args.msgpack_rounds:
+        msgpack_rounds(args.msgpack_rounds)
+        return
     if args.codec_rounds:
         codec_rounds(args.codec_rounds)
         return

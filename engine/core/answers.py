@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from msgspec.structs import replace
 
 from engine.core.decide import (
@@ -79,10 +77,9 @@ def grant(
 ) -> tuple[SessionState, Decision]:
     """Grant authority; ``slot`` (if given) replaces the session's slot in the same update."""
     fence = max(state.fence_token + 1, position)
-    changes: dict[str, Any] = {} if slot is None else {"slot": slot}
     state = replace(
         state,
-        **changes,
+        slot=state.slot if slot is None else slot,
         holder=event.runner_id,
         fence_token=fence,
         lease_expires_ms=event.event_time_ms + LEASE_MS,

@@ -32,7 +32,7 @@ def check_writer(
         return None if runner_id == state.holder else REASON_NOT_HOLDER
     if fence_token is not None:
         return REASON_UNKNOWN_FENCE
-    if state.holder not in (None, runner_id) and state.lease_active(at_ms):
+    if state.holder not in (None, runner_id) and lease_active(state, at_ms):
         return REASON_NOT_HOLDER
     return None
 
@@ -41,6 +41,13 @@ def awaits_grant(state: SessionState, event: IntentEvent | AckEvent) -> bool:
     """The write carries a fence newer than any grant the engine folded: the resume that
     granted it is still on its way on the resumes topic (or never existed)."""
     return event.fence_token is not None and event.fence_token > state.fence_token
+
+
+def lease_active(state: SessionState, at_ms: int) -> bool:
+    """`SessionState.lease_active` for the compiled modules: the method runs interpreted (the
+    struct modules are not compiled), this does not."""
+    lease = state.lease_expires_ms
+    return state.holder is not None and lease is not None and at_ms < lease
 
 
 def renew(state: SessionState, runner_id: str, at_ms: int) -> SessionState:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from msgspec.structs import replace
+from msgspec.structs import force_setattr, replace
 
 from engine.core.acks import ack_ready, fold_ack
 from engine.core.causal import (
@@ -95,9 +95,21 @@ from engine.core.state import RECENT_EVENT_IDS, CausalWait, SessionState
 __all__ = ["FoldResult", "fold", "release_overdue", "release_ready", "replay"]
 
 
-def _remember(state: SessionState, event_id: str) -> SessionState:
-    recent = [*state.recent_event_ids, event_id][-RECENT_EVENT_IDS:]
-    return replace(state, recent_event_ids=recent)
+def _remember(before: SessionState, after: SessionState, event_id: str) -> SessionState:
+    """``after`` with ``event_id`` last in its de-duplication window.
+
+    ``after`` is the state this fold built from ``before``: ``before`` itself when the input
+    changed nothing, else a new value no one else holds yet (every state a fold returns is
+    ``before`` or a `replace` of it). A new one takes the window in place: one copy of the whole
+    state per input only to remember its id was the largest single cost of the fold. ``before``,
+    the caller's value, is never changed. Nothing the fold reads before returning looks at the
+    window, so setting it last gives the state setting it first gave.
+    """
+    recent = [*after.recent_event_ids, event_id][-RECENT_EVENT_IDS:]
+    if after is before:
+        return replace(before, recent_event_ids=recent)
+    force_setattr(after, "recent_event_ids", recent)
+    return after
 
 
 def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
@@ -123,17 +135,16 @@ def fold(state: SessionState | None, event: Event, position: int) -> FoldResult:
         # The granting request is remembered beyond the window: a copy of it gets the same
         # grant again, never a second, different answer under the grant's decision id.
         return FoldResult(state, (_answer_duplicate(state, event),))
-    remembered = _remember(state, event.event_id)
-    if waits(remembered, event):
+    if waits(state, event):
         # A v3 input ahead of an event it names waits for it (`causal.py`).
-        waiting, answer, evicted = wait(remembered, event, position)
+        waiting, answer, evicted = wait(state, event, position)
         waiting, released = _fold_released(waiting, evicted)
-        return FoldResult(waiting, (answer, *released))
-    new_state, decisions = _fold_now(remembered, event, position)
+        return FoldResult(_remember(state, waiting, event.event_id), (answer, *released))
+    new_state, decisions = _fold_now(state, event, position)
     if new_state.causal_waiting:
         new_state, released = release_ready(new_state)
         decisions = [*decisions, *released]
-    return FoldResult(new_state, tuple(decisions))
+    return FoldResult(_remember(state, new_state, event.event_id), tuple(decisions))
 
 
 def _fold_now(
@@ -150,20 +161,21 @@ def _fold_now(
         # release or re-arm (judged on that attempt before a resume is); an ack or a resume,
         # re-arms waiting for their failure; a resume, writes waiting for a grant. A repair
         # rides on the intents topic but, like the watermark, times nothing.
+        kind = type(event)
         state, settled = expire_writes(
             state,
             event.event_time_ms,
-            acks=isinstance(event, (IntentEvent, ResumeEvent)),
-            unseen=isinstance(event, IntentEvent),
-            rearms=isinstance(event, (AckEvent, ResumeEvent)),
-            grants=isinstance(event, ResumeEvent),
+            acks=kind is IntentEvent or kind is ResumeEvent,
+            unseen=kind is IntentEvent,
+            rearms=kind is AckEvent or kind is ResumeEvent,
+            grants=kind is ResumeEvent,
         )
     new_state, decisions = _dispatch(state, event, position)
     new_state = note(new_state, event)
     if not _waiting(new_state):
         return new_state, [*decisions, *settled]
     new_state, finals = drain(new_state)
-    if isinstance(event, IntentEvent):
+    if type(event) is IntentEvent:
         new_state, expired = expire_overdue(new_state, event.event_time_ms, all_topics=False)
         finals.extend(expired)
     return new_state, [*decisions, *settled, *finals]

@@ -7,6 +7,7 @@ from msgspec.structs import replace
 
 from engine.core.answers import grant, withhold
 from engine.core.classify import classify
+from engine.core.decide import batch_of
 from engine.core.events import (
     AnswerSuffix,
     Decision,
@@ -72,13 +73,9 @@ def classify_open(
     cls = classify(
         observed=event.observed_tail,
         before=[] if claimed and pending.before is None else pending.before,
-        batch=slot.batch,
+        batch=batch_of(slot),
         append_acknowledged=False,
         chunk_size=chunk,
-    )
-    observed = (
-        f"tail of {len(event.observed_tail)} digests vs "
-        f"before {len(pending.before or [])} + batch {len(slot.items)}"
     )
     if claimed and cls is not CLS_COMMITTED:
         ambiguous = replace(state, health=HEALTH_AMBIGUOUS, health_reason=REASON_AMBIGUOUS)
@@ -94,7 +91,7 @@ def classify_open(
             suffix,
             classification=cls,
             alert=True,
-            observed=observed,
+            observed=_observed(event, pending, slot),
         )
     if cls is CLS_NOT_STARTED:
         return grant(
@@ -118,7 +115,7 @@ def classify_open(
                 suffix,
                 classification=cls,
                 alert=True,
-                observed=observed,
+                observed=_observed(event, pending, slot),
             )
         committed = replace(slot, status=SLOT_COMMITTED)
         return grant(
@@ -140,7 +137,7 @@ def classify_open(
             suffix,
             classification=cls,
             alert=True,
-            observed=observed,
+            observed=_observed(event, pending, slot),
         )
     if cls is CLS_UNCHANGED:
         return grant(
@@ -157,6 +154,16 @@ def classify_open(
     new_slot = replace(slot, partial_seen=slot.partial_seen or cls is CLS_PARTIAL)
     ambiguous = replace(state, slot=new_slot, health=HEALTH_AMBIGUOUS, health_reason=reason)
     why = "history changed or is ambiguous: neither or both of committed/unchanged hold"
+    observed = _observed(event, pending, slot)
     return withhold(
         ambiguous, event, reason, why, suffix, classification=cls, alert=True, observed=observed
+    )
+
+
+def _observed(event: ResumeEvent, pending: PendingRecord, slot: IntentSlot) -> str:
+    """The trail's observation of a withheld open write (a grant's trail names the tail
+    itself: `answers.grant`), built only on the way to that answer."""
+    return (
+        f"tail of {len(event.observed_tail)} digests vs "
+        f"before {len(pending.before or [])} + batch {len(slot.items)}"
     )

@@ -8,6 +8,7 @@ from engine.core.answers import grant, withhold
 from engine.core.classify import is_committed, is_unchanged
 from engine.core.decide import (
     ACTION_NEWER,
+    batch_of,
     evidence,
 )
 from engine.core.errors import CoreError
@@ -66,7 +67,7 @@ def _tail_ends_with_batch(state: SessionState, slot: IntentSlot, event: ResumeEv
     On a binding whose stored items do not digest like the appended ones, only ``before`` and
     the batch's length can be compared: the batch's own digests are the backend's rewrite.
     """
-    before, batch, tail = slot.before or [], slot.batch, event.observed_tail
+    before, batch, tail = slot.before or [], batch_of(slot), event.observed_tail
     size = len(before) + len(batch)
     if len(tail) < size:
         return False
@@ -100,7 +101,7 @@ def _uncovered_append(
     (the resume names everything that runner had published). Nothing can say whether the
     append ran, so the engine does not wait for an intent that already arrived: it withholds
     at once, turns the session AMBIGUOUS with an alert, and says what the tail showed."""
-    before, batch, tail = slot.before or [], slot.batch, event.observed_tail
+    before, batch, tail = slot.before or [], batch_of(slot), event.observed_tail
     if slot.before is None:
         seen = "the intent was registered before its append started"
     elif len(tail) < len(before) + len(batch):
@@ -167,7 +168,7 @@ def reconcile(
         return withhold(state, event, REASON_RECORD_MISMATCH, why, suffix, alert=True)
     if slot.status is SLOT_HELD:
         tail = event.observed_tail
-        if len(tail) >= len(slot.items) and tail[-len(slot.items) :] == slot.batch:
+        if len(tail) >= len(slot.items) and tail[-len(slot.items) :] == batch_of(slot):
             violated = replace(state, health=HEALTH_VIOLATED, health_reason=REASON_GATE_VIOLATION)
             why = "the held batch is already in the Session before its release"
             return withhold(violated, event, REASON_GATE_VIOLATION, why, suffix, alert=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from msgspec.structs import replace
 
 from engine.core.answers import withhold
+from engine.core.authority import lease_active
 from engine.core.decide import (
     ACTION_BINDING,
     ACTION_LOST_INTENT,
@@ -175,7 +176,7 @@ def evaluate_resume(
         why = f"session is {state.health} ({state.health_reason}); only a repair clears it"
         return withhold(state, event, reason, why, suffix)
     if state.granted_checkpoint_id == event.checkpoint_id:
-        if state.lease_active(at) and state.holder != event.runner_id:
+        if lease_active(state, at) and state.holder != event.runner_id:
             why = f"checkpoint already granted to {state.holder} (fence {state.fence_token})"
             return withhold(state, event, REASON_HELD_BY_OTHER, why, suffix, action=ACTION_WAIT)
         why = "this checkpoint was already resumed once; its copies may not run again"
@@ -188,7 +189,7 @@ def evaluate_resume(
             f"session reached {state.progress_sequence}"
         )
         return withhold(state, event, REASON_STALE_CHECKPOINT, why, suffix, action=ACTION_NEWER)
-    if state.lease_active(at) and state.holder != event.runner_id:
+    if lease_active(state, at) and state.holder != event.runner_id:
         why = f"{state.holder} holds authority (fence {state.fence_token})"
         why += f" until {state.lease_expires_ms} ms"
         return withhold(state, event, REASON_HELD_BY_OTHER, why, suffix, action=ACTION_WAIT)

@@ -251,11 +251,21 @@ class Codec:
 
         ``record_type`` is what the topic carries; a record of another type is refused.
         """
-        # The record that passes (almost all) returns here: one interpreted call less per
-        # input. Anything else takes `_decode`, which names the problem.
-        model = self._fast_read(record_type, data)
-        if model is not None and semantic_violation(model) is None:
-            return model
+        # The record that passes (almost all) returns here, read straight by the generated
+        # reader when it starts with the header seen on the wire before (so `_split` would
+        # accept it), with no interpreted call on the way: this runs once per input. Anything
+        # else takes `_decode`, which names the problem.
+        model: WireModel | None = None
+        fast = self._fast_readers.get(record_type)
+        if (
+            fast is not None
+            and type(data) is bytes
+            and data.startswith(fast[0])
+            and len(data) <= self.limits.max_record_bytes
+        ):
+            model = fast[1](data, len(fast[0]))
+            if model is not None and semantic_violation(model) is None:
+                return model
         try:
             return self._decode(record_type, data, model)
         except DecodeError as error:
@@ -291,22 +301,9 @@ class Codec:
                 self._readers[record_type] = None
         return self._readers[record_type]
 
-    def _fast_read(self, record_type: RecordType, data: bytes) -> WireModel | None:
-        """The body read straight by the generated reader when the record starts with the
-        header seen on the wire before (so `_split` would accept it); None: take the whole way."""
-        fast = self._fast_readers.get(record_type)
-        if (
-            fast is not None
-            and type(data) is bytes
-            and data.startswith(fast[0])
-            and len(data) <= self.limits.max_record_bytes
-        ):
-            model: WireModel | None = fast[1](data, len(fast[0]))
-            return model
-        return None
-
     def _decode(self, record_type: RecordType, data: bytes, model: WireModel | None) -> WireModel:
-        """``model``: what `_fast_read` gave for these bytes (None: it declined them)."""
+        """``model``: what the generated reader gave for these bytes in `decode` (None: it
+        declined them, or it was not tried)."""
         if model is None:
             model = self._decode_split(record_type, data)
         problem = semantic_violation(model)
