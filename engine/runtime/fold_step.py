@@ -17,7 +17,8 @@ from engine.runtime.intake.ingest import Rejected
 from engine.runtime.intake.ordering import Buffered
 from engine.runtime.parts import Consumed, Parts
 from engine.runtime.process.metrics import DEAD_LETTER_REFUSED
-from engine.runtime.tasks.task import InputFailedError, PartitionTask
+from engine.runtime.tasks.state import InputFailedError
+from engine.runtime.tasks.task import PartitionTask
 from engine.wire.dead_letter import EXCERPT_BYTES
 
 log = logging.getLogger("reconciler.engine")
