@@ -62,6 +62,12 @@ COMPILED: tuple[str, ...] = (
     "engine.wire.partitioner",  # murmur2 of each new session key: ~4.7 us interpreted
     "engine.runtime.intake.ingest",  # once per input: ~0.7 us less than interpreted (bench_ingest)
     "engine.runtime.intake.ordering",
+    # Step 2's glue around the fold, per input: the step, the task and its caches, the claim.
+    "engine.runtime.fold_step",
+    "engine.runtime.tasks.task",
+    "engine.runtime.tasks.generation",
+    "engine.runtime.tasks.read_cache",
+    "engine.runtime.tasks.assignment",
 )
 
 _log = logging.getLogger(__name__)

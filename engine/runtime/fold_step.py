@@ -17,7 +17,8 @@ from engine.runtime.intake.ingest import Rejected
 from engine.runtime.intake.ordering import Buffered
 from engine.runtime.parts import Consumed, Parts
 from engine.runtime.process.metrics import DEAD_LETTER_REFUSED
-from engine.runtime.tasks.task import InputFailedError, PartitionTask
+from engine.runtime.tasks.state import InputFailedError
+from engine.runtime.tasks.task import PartitionTask
 from engine.wire.dead_letter import EXCERPT_BYTES
 
 log = logging.getLogger("reconciler.engine")
@@ -72,6 +73,10 @@ class FoldStep:
         self.parts = parts
         # Looked up once, not per input: `parts.topics` builds its names on every call.
         self.decisions_topic = parts.topics.decisions
+        self.encode = parts.codec.encode
+        # The metrics' tallies, counted here per input (published per batch by their flush).
+        self.events_tally = parts.metrics.events_tally
+        self.decisions_tally = parts.metrics.decisions_tally
 
     def handle(self, txn: Transactions, record: Buffered[Consumed]) -> None:
         message, outcome = record.item
@@ -88,7 +93,7 @@ class FoldStep:
             return
         event: Event = outcome
         try:
-            _, decisions, payloads = task.fold(event, offset, parts.codec.encode)
+            _, decisions, payloads = task.fold(event, offset, self.encode)
         except InputFailedError as failed:
             # No single input may stop a partition: dead-letter it (with the exception class)
             # and go on; the session's state is as it was before this input.
@@ -102,7 +107,10 @@ class FoldStep:
             )
             self._dead_letter(commit, message, parts.ingest.failed(message, failed.cause))
             return
-        parts.metrics.count_fold(topic, parts.ingest.kind_of(event), decisions)
+        events = self.events_tally
+        kind = (topic, parts.ingest.kind_of(event))
+        events[kind] = events.get(kind, 0) + 1
+        self._count(decisions)
         where = f"{topic}/{partition}/{offset}"
         # `type(...) is`: a negative isinstance on a msgspec class goes through its
         # metaclass's __instancecheck__ (slow, per input); events are never subclassed.
@@ -122,11 +130,11 @@ class FoldStep:
     def _answer_overdue(self, commit: Commit, task: PartitionTask) -> None:
         """Parked resumes the partition's intents watermark has passed get their final answer
         (engine/core/watermark.py), with a `source` naming that watermark for replays."""
-        expired = task.expire_overdue(self.parts.codec.encode)
+        expired = task.expire_overdue(self.encode)
         if not expired:
             return
         source = task.watermark_source()
-        self.parts.metrics.count_decisions(d for d, _ in expired)
+        self._count([d for d, _ in expired])
         _log_alerts((d for d, _ in expired), source)
         for decision, payload in expired:
             commit.produce(
@@ -136,6 +144,13 @@ class FoldStep:
                 Step.FOLD,
                 headers=[("source", source.encode())],
             )
+
+    def _count(self, decisions: Iterable[Decision]) -> None:
+        """`EngineMetrics.count_decisions`, here: it runs per input."""
+        tally = self.decisions_tally
+        for decision in decisions:
+            key = (decision.verdict, decision.reason, decision.alert)
+            tally[key] = tally.get(key, 0) + 1
 
     def _dead_letter(self, commit: Commit, message: Message, rejected: Rejected) -> None:
         """A dead letter is bounded (an excerpt), and a producer error on it is never fatal:

@@ -27,8 +27,8 @@ from engine.runtime.commit.errors import AbortableError, RejoinError
 from engine.runtime.commit.protocol import Step
 from engine.runtime.commit.status import TERMINAL, CommitStatus, check
 from engine.runtime.tasks.corrupt import StoreCorruptedError, detecting
+from engine.runtime.tasks.generation import StateEncodeError
 from engine.runtime.tasks.headers import pending_header
-from engine.runtime.tasks.state import StateEncodeError
 from engine.runtime.tasks.task import PartitionTask
 
 log = logging.getLogger("reconciler.engine")

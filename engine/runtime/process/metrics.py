@@ -156,10 +156,11 @@ class EngineMetrics:
         self._last_lag = 0.0
         self._last_sessions = 0.0
         self.sessions_stale = False  # set by a commit; `maybe_observe_sessions` clears it
-        # Per input the loop only tallies here; `flush` publishes once per consumed batch (a
-        # labelled Counter costs a label lookup and a lock per call).
-        self._events_tally: dict[tuple[str, str], int] = {}
-        self._decisions_tally: dict[tuple[Verdict, Reason, bool], int] = {}
+        # Per input the loop only tallies here (the fold step into these dicts directly);
+        # `flush` publishes once per consumed batch (a labelled Counter costs a label lookup
+        # and a lock per call).
+        self.events_tally: dict[tuple[str, str], int] = {}
+        self.decisions_tally: dict[tuple[Verdict, Reason, bool], int] = {}
 
     def _zero_known_series(self) -> None:
         """A series for every known label value from the start: `increase(...) > 0` then sees
@@ -203,22 +204,22 @@ class EngineMetrics:
 
     def count_fold(self, topic: str, kind: str, decisions: Iterable[Decision]) -> None:
         """Tally one folded input and its decisions (published by `flush`)."""
-        events = self._events_tally
+        events = self.events_tally
         events[topic, kind] = events.get((topic, kind), 0) + 1
         self.count_decisions(decisions)
 
     def count_decisions(self, decisions: Iterable[Decision]) -> None:
         """Tally decisions that answer no input folded now (the watermark's final answers)."""
-        tally = self._decisions_tally
+        tally = self.decisions_tally
         for decision in decisions:
             key = (decision.verdict, decision.reason, decision.alert)
             tally[key] = tally.get(key, 0) + 1
 
     def flush(self) -> None:
         """Publish the tallies of `count_fold` (once per consumed batch)."""
-        for (topic, kind), count in self._events_tally.items():
+        for (topic, kind), count in self.events_tally.items():
             self.events.labels(topic=topic, kind=kind).inc(count)
-        for (verdict, reason, alert), count in self._decisions_tally.items():
+        for (verdict, reason, alert), count in self.decisions_tally.items():
             self.decisions.labels(verdict=verdict, reason=reason).inc(count)
             if reason in (Reason.HELD_BY_OTHER, Reason.CHECKPOINT_ALREADY_RESUMED):
                 self.lease_conflicts.inc(count)
@@ -226,8 +227,8 @@ class EngineMetrics:
                 self.gate_violations.inc(count)
             if alert:
                 self.alerts.labels(reason=reason).inc(count)
-        self._events_tally.clear()
-        self._decisions_tally.clear()
+        self.events_tally.clear()
+        self.decisions_tally.clear()
 
     def observe_decision_latencies(self, now_ms: float, event_times_ms: Sequence[int]) -> None:
         """The decision latency of every input a commit answered, in one histogram update."""

@@ -41,12 +41,16 @@ class ReadCache:
         return hit[0]
 
     def remember(self, session_id: str, state: SessionState, encoded_size: int) -> None:
-        self.forget(session_id)
+        entries = self._entries
         weight = encoded_size * DECODED_BYTES_PER_ENCODED
-        self._entries[session_id] = (state, weight)
+        old = entries.get(session_id)
+        if old is not None:  # replaced in place, most recently used: no node freed and made
+            self.used -= old[1]
+            entries.move_to_end(session_id)
+        entries[session_id] = (state, weight)
         self.used += weight
-        while self.used > self.max_bytes and self._entries:
-            _, (_, dropped) = self._entries.popitem(last=False)  # least recently used
+        while self.used > self.max_bytes and entries:
+            _, (_, dropped) = entries.popitem(last=False)  # least recently used
             self.used -= dropped
 
     def forget(self, session_id: str) -> None:

@@ -22,34 +22,18 @@ from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY,
-    state BLOB NOT NULL,
-    pending_status TEXT,        -- status of an unresolved pending write, else NULL
-    pending_since_ms INTEGER,   -- event time it became unresolved
-    health TEXT,                -- AMBIGUOUS or VIOLATED, else NULL (CLEAR)
-    park_deadline_ms INTEGER    -- watermark answering its earliest parked resume, else NULL
-);
-CREATE INDEX IF NOT EXISTS sessions_pending ON sessions(pending_status)
-    WHERE pending_status IS NOT NULL;
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-"""
+from engine.runtime.tasks.store_sql import (
+    SCHEMA,
+    SET_OFFSET,
+    SET_OFFSET_AND_WATERMARK,
+    UPSERT,
+)
+
 NO_OFFSET = -1
 SYNC_AFTER_S = 1.0
 """How long the writes of `apply_lazily` may wait for their disk commit: at most this much
 more changelog to read on a restart after a crash."""
 log = logging.getLogger("reconciler.store")
-# An upsert updates a stored row in place; INSERT OR REPLACE deleted it and inserted it again,
-# index entries included: ~2x the CPU per changed session (7-10 against 16-21 us per row, 150-row
-# commits into 4,000 stored sessions).
-_UPSERT = (
-    "INSERT INTO sessions(session_id, state, pending_status, pending_since_ms, health,"
-    " park_deadline_ms) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET"
-    " state = excluded.state, pending_status = excluded.pending_status,"
-    " pending_since_ms = excluded.pending_since_ms, health = excluded.health,"
-    " park_deadline_ms = excluded.park_deadline_ms"
-)
 DEFAULT_CACHE_KIB = 2_048  # SQLite's own default page cache
 GET_MANY_CHUNK = 500  # well under SQLite's bound on a statement's parameters (32,766)
 
@@ -81,7 +65,7 @@ class LocalStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(f"PRAGMA cache_size=-{max(64, int(cache_kib))}")  # negative: KiB
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(SCHEMA)
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
         if "health" not in columns:  # a store made before the column existed
             self._db.execute("ALTER TABLE sessions ADD COLUMN health TEXT")
@@ -93,6 +77,9 @@ class LocalStore:
             " WHERE park_deadline_ms IS NOT NULL"
         )
         self._offset: int | None = None  # changelog_offset(), read once, then kept up to date
+        # watermark() and next_park_deadline() as last read, until a write: step 6 asks both
+        # after each commit, of every partition (a query each cost more than its write).
+        self._marks: dict[str, int | None] = {}
         self._lazy_since: float | None = None  # when the open batch of `apply_lazily` began
         self._poisoned = False  # a lazy write failed half-way: never commit that batch
 
@@ -105,8 +92,10 @@ class LocalStore:
 
     def watermark(self) -> int | None:
         """The partition's intents watermark as of the applied changelog (None: never set)."""
-        row = self._db.execute("SELECT value FROM meta WHERE key='watermark'").fetchone()
-        return int(row[0]) if row is not None else None
+        if "watermark" not in self._marks:
+            row = self._db.execute("SELECT value FROM meta WHERE key='watermark'").fetchone()
+            self._marks["watermark"] = int(row[0]) if row is not None else None
+        return self._marks["watermark"]
 
     def parked_due(self, watermark: int, after: int | None = None) -> list[str]:
         """Sessions whose earliest parked resume is due at `watermark`, past `after` if given
@@ -120,11 +109,16 @@ class LocalStore:
 
     def next_park_deadline(self, after: int | None = None) -> int | None:
         """The earliest park deadline stored (past `after`, if given): None when none."""
+        if after is None and "deadline" in self._marks:
+            return self._marks["deadline"]
         row = self._db.execute(
             "SELECT MIN(park_deadline_ms) FROM sessions WHERE park_deadline_ms > ?",
             (after if after is not None else -(2**62),),
         ).fetchone()
-        return int(row[0]) if row is not None and row[0] is not None else None
+        earliest = int(row[0]) if row is not None and row[0] is not None else None
+        if after is None:
+            self._marks["deadline"] = earliest
+        return earliest
 
     def get(self, session_id: str) -> bytes | None:
         row = self._db.execute(
@@ -211,6 +205,7 @@ class LocalStore:
                 # transaction and the kept offset may be ahead of the disk.
                 self._poisoned = True
                 self._offset = None
+                self._marks.clear()
                 raise
             self._lazy_since = None
 
@@ -233,22 +228,21 @@ class LocalStore:
                 watermark = mark if watermark is None else max(watermark, mark)
         upserts = [w[:6] for w in last.values() if w.state is not None]  # the row's columns
         deletes = [(w.session_id,) for w in last.values() if w.state is None]
+        known, stored = "watermark" in self._marks, self._marks.get("watermark")
         self._offset = None  # read again if this raises half-way
+        self._marks.clear()
         if deletes:
             self._db.executemany("DELETE FROM sessions WHERE session_id=?", deletes)
         if upserts:
-            self._db.executemany(_UPSERT, upserts)
-        if watermark is not None:
-            self._db.execute(
-                "INSERT INTO meta(key, value) VALUES ('watermark', ?) ON CONFLICT(key)"
-                " DO UPDATE SET value = MAX(value, excluded.value)",
-                (watermark,),
-            )
-        self._db.execute(
-            "INSERT OR REPLACE INTO meta(key, value) VALUES ('changelog_offset', ?)",
-            (changelog_offset,),
-        )
+            self._db.executemany(UPSERT, upserts)
+        if watermark is None:
+            self._db.execute(SET_OFFSET, (changelog_offset,))
+        else:  # one statement for both: the watermark never falls
+            self._db.execute(SET_OFFSET_AND_WATERMARK, (changelog_offset, watermark))
+            stored = watermark if stored is None else max(stored, watermark)
         self._offset = changelog_offset
+        if known:  # what the meta row now holds, without reading it back
+            self._marks["watermark"] = stored
 
     def wipe(self) -> None:
         """Forget everything (the changelog was recreated or is behind us): rebuild from it."""
@@ -256,6 +250,7 @@ class LocalStore:
             self._db.execute("DELETE FROM sessions")
             self._db.execute("DELETE FROM meta")
             self._offset = NO_OFFSET
+            self._marks.clear()
 
     def abandon(self) -> None:
         """Close without committing the open lazy batch: what a crash does to it. For
@@ -294,6 +289,8 @@ class _Transaction:
             self._store._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
         except BaseException:
             self._store._offset = None  # the kept offset may be ahead of the disk
+            self._store._marks.clear()
             raise
         if exc_type is not None:
             self._store._offset = None
+            self._store._marks.clear()

@@ -14,16 +14,16 @@ import logging
 from collections.abc import Callable, Iterable
 
 from engine.core.events import Decision, Event
-from engine.core.fold import fold
+from engine.core.fold import FoldResult, fold
 from engine.core.state import UNRESOLVED, SessionState
 from engine.core.watermark import NO_WATERMARK, advance, expire, park_deadline
+from engine.runtime.tasks.generation import Generation, StateEncodeError
 from engine.runtime.tasks.headers import watermark_source
 from engine.runtime.tasks.read_cache import READ_CACHE_BYTES, ReadCache
 from engine.runtime.tasks.state import (
     LEGAL,
-    Generation,
     IllegalTaskTransitionError,
-    StateEncodeError,
+    InputFailedError,
     TaskState,
     TaskStateError,
 )
@@ -33,18 +33,15 @@ from engine.runtime.tasks.store import LocalStore, StoreWrite
 log = logging.getLogger("reconciler.engine")
 
 
-class InputFailedError(Exception):
-    """Folding or encoding one input raised `cause`: dead-letter that input, go on."""
-
-    def __init__(self, cause: Exception) -> None:
-        super().__init__(f"{type(cause).__name__}: {cause}")
-        self.cause = cause
+Fold = Callable[[SessionState | None, Event, int], FoldResult]
 
 
 class PartitionTask:
     """Invariants: `cache` (the open generation's states) holds exactly the states changed
     since the last commit (step 6); `committed` holds only states equal to what the local
-    store has. A task built without a state is RUNNING (its store restored already)."""
+    store has. A task built without a state is RUNNING (its store restored already). `folder`
+    is `engine.core.fold.fold` but for tests that inject a failing one (compiled, this class
+    refuses patched methods)."""
 
     def __init__(
         self,
@@ -52,8 +49,9 @@ class PartitionTask:
         store: LocalStore,
         read_cache_bytes: int = READ_CACHE_BYTES,
         state: TaskState = TaskState.RUNNING,
+        folder: Fold = fold,
     ) -> None:
-        self.partition, self.store, self.state = partition, store, state
+        self.partition, self.store, self.state, self.folder = partition, store, state, folder
         self.committed = ReadCache(read_cache_bytes)
         # Sessions whose state failed to encode at step 3, encoded at every fold until persisted.
         self.encode_each_input: set[str] = set()
@@ -155,7 +153,7 @@ class PartitionTask:
         before = self.state_of(session_id)
         generation = self.open
         try:
-            result = fold(before, event, offset)
+            result = self.folder(before, event, offset)
             after = result.state
             payloads = [encode(decision) for decision in result.decisions]
             if self.encode_each_input and session_id in self.encode_each_input:

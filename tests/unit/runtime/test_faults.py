@@ -25,7 +25,6 @@ from engine.runtime.engine import Engine
 from engine.runtime.intake import intake
 from engine.runtime.process.watchdog import Expired, Watchdog
 from engine.runtime.tasks.store import LocalStore
-from engine.runtime.tasks.task import PartitionTask
 from engine.settings import Settings, load_settings
 from engine.wire import RecordType
 from tests.integration.engine_harness import CODEC, Seen
@@ -87,15 +86,17 @@ def _broker(settings: Settings, faults: Faults) -> FakeBroker:
 
 
 def _persist_hits(monkeypatch: pytest.MonkeyPatch, faults: Faults) -> None:
-    # step 6 of either path: `persist` (a commit the loop waited for) calls `persist_sealed`,
-    # which is all an overlapped commit's step 6 runs
-    original = PartitionTask.persist_sealed
+    # step 6 of either path (a commit the loop waited for or an overlapped one): once per task
+    # of the commit, before any of their sealed writes go to their stores (`Commit.persist`;
+    # `PartitionTask`, compiled, refuses patched methods)
+    original = Commit.persist
 
-    def persist_sealed(self: PartitionTask) -> None:
-        faults.hit("persist")
+    def persist(self: Commit) -> None:
+        for _ in self.tasks:
+            faults.hit("persist")
         original(self)
 
-    monkeypatch.setattr(PartitionTask, "persist_sealed", persist_sealed)
+    monkeypatch.setattr(Commit, "persist", persist)
 
 
 def _skip(step: str) -> int:

@@ -13,9 +13,14 @@ from msgspec.structs import replace
 
 from engine.core import fold as fold_module
 from engine.core.events import AnswerSuffix, Decision, Event
+from engine.core.fold import FoldResult
 from engine.core.state import SessionState
+from engine.runtime import restorer
 from engine.runtime.tasks import state_codec
 from engine.runtime.tasks import task as task_module
+from engine.runtime.tasks.state import TaskState
+from engine.runtime.tasks.store import LocalStore
+from engine.runtime.tasks.task import PartitionTask
 from engine.settings import Settings
 from engine.wire import DeadLetter, DecodeReason, RecordType
 from engine.wire.dead_letter import EXCERPT_BYTES
@@ -62,12 +67,15 @@ def test_an_input_whose_fold_raises_is_dead_lettered_and_the_partition_goes_on(
     victim: Event = EVENTS[7]
     real = fold_module.fold
 
-    def fold(state: object, event: Event, offset: int) -> object:
+    def fold(state: SessionState | None, event: Event, offset: int) -> FoldResult:
         if event.event_id == victim.event_id:
             raise OverflowError("lease arithmetic overflowed")
-        return real(state, event, offset)  # type: ignore[arg-type]
+        return real(state, event, offset)
 
-    monkeypatch.setattr(task_module, "fold", fold)
+    def task(partition: int, store: LocalStore, cache: int, state: TaskState) -> PartitionTask:
+        return PartitionTask(partition, store, cache, state, folder=fold)  # every task made
+
+    monkeypatch.setattr(restorer, "PartitionTask", task)
     broker = _broker(settings, Faults())
     assert _run_until_done(settings, broker) == 1
     _assert_others_answered_once(broker, settings, {victim.event_id})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Collection
 from pathlib import Path
 from typing import cast
 
@@ -19,7 +20,6 @@ from engine.runtime.engine import Engine
 from engine.runtime.loop import Loop
 from engine.runtime.tasks.state import TaskState
 from engine.runtime.tasks.store import LocalStore
-from engine.runtime.tasks.task import PartitionTask
 from engine.settings import Settings, load_settings
 from tests.integration.engine_harness import CODEC
 from tests.unit.runtime.fakes import FakeBroker, FakeChangelogReader, FakeClients, FakeConsumer
@@ -182,7 +182,7 @@ def _malformed() -> sqlite3.DatabaseError:
     [
         ("get_many", 1, 4),
         ("get_many", 1, 100),
-        ("state_of", 6, 4),
+        ("get", 3, 4),
         ("apply_lazily", 2, 4),
         ("count", 2, 4),
     ],
@@ -199,19 +199,24 @@ def test_a_store_corrupted_while_running_is_rebuilt_alone(
     transaction is open, holds partition 1's records too: they are read again, not lost."""
     settings = _settings(tmp_path)
     broker = _broker(settings, changelog_records=0)
-    owner = PartitionTask if where == "state_of" else LocalStore
-    original = getattr(owner, where)
+    original = getattr(LocalStore, where)
     calls = {"n": 0}
 
-    def failing(self: LocalStore | PartitionTask, *args: object, **kwargs: object) -> object:
-        mine = self.partition == 0 if isinstance(self, PartitionTask) else self.path.name
-        if mine in (True, "p0.sqlite"):
+    def failing(self: LocalStore, *args: object, **kwargs: object) -> object:
+        if self.path.name == "p0.sqlite":
             calls["n"] += 1
             if calls["n"] == nth:
                 raise _malformed()
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(owner, where, failing)
+    monkeypatch.setattr(LocalStore, where, failing)
+    if where == "get":  # a fold's own read: partition 0's batch prefetch finds nothing
+        get_many = LocalStore.get_many
+
+        def prefetched(self: LocalStore, session_ids: Collection[str]) -> dict[str, bytes | None]:
+            return {} if self.path.name == "p0.sqlite" else get_many(self, session_ids)
+
+        monkeypatch.setattr(LocalStore, "get_many", prefetched)
     monkeypatch.setattr("engine.runtime.process.metrics.SESSIONS_INTERVAL_S", 0.0)
     clients = FakeClients(broker, batch=batch)
     engine = Engine(settings, clients=clients)
