@@ -450,14 +450,15 @@ def workloads(commits: Sequence[Commit], described: dict[str, dict[str, Any]]) -
 
 
 @contextlib.contextmanager
-def broker(deadline_note: str) -> Iterator[str]:
-    """A fresh broker of its own (kafka_local's start has its own deadline), stopped at the end."""
+def broker() -> Iterator[str]:
+    """A fresh broker of its own, stopped at the end; its start and its stop have deadlines of
+    their own (RECONCILER_KAFKA_START_TIMEOUT, 90 s unless set; 30 s, then SIGKILL)."""
     from tools import kafka_local
 
     try:
         info = kafka_local.start(INSTANCE, fresh=True)
     except kafka_local.SetupError as exc:
-        raise WorkerError(f"the broker did not start ({deadline_note}): {exc}") from exc
+        raise WorkerError(f"the broker did not start: {exc}") from exc
     try:
         yield info.bootstrap
     finally:
@@ -493,7 +494,7 @@ def measure(args: argparse.Namespace, commits: list[Commit], sources: dict[str, 
         if pure:
             print(f"bench_paired: {', '.join(pure)} would run uncompiled; not measuring")
             return 2
-        with broker(f"{INSTANCE}") as bootstrap:
+        with broker() as bootstrap:
             total = args.warmup + args.rounds
             for n in range(total):
                 counted = n >= args.warmup
@@ -524,9 +525,12 @@ def measure(args: argparse.Namespace, commits: list[Commit], sources: dict[str, 
                     rounds.append(runs)
     except WorkerError as exc:
         failures.append(str(exc))
-    finally:
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM): nothing of it may outlive this
         for worker in workers.values():
-            worker.close()
+            worker.kill()
+        raise
+    for worker in workers.values():
+        worker.close()
     print()
     print("\n".join(table(commits, rounds)))
     print(f"logs: {logs}; load average at the end {_load()}")
