@@ -413,6 +413,10 @@ def descendants(pid: int) -> list[int]:
 # -- the run ---------------------------------------------------------------------------------
 
 
+def _utc() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+
+
 def _load() -> str:
     return " ".join(f"{v:.1f}" for v in os.getloadavg())
 
@@ -529,8 +533,9 @@ def measure(args: argparse.Namespace, commits: list[Commit], sources: dict[str, 
         for worker in workers.values():
             worker.kill()
         raise
-    for worker in workers.values():
-        worker.close()
+    finally:
+        for worker in workers.values():
+            worker.close()  # a killed worker: nothing left to close
     print()
     print("\n".join(table(commits, rounds)))
     print(f"logs: {logs}; load average at the end {_load()}")
@@ -549,12 +554,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench_paired: error: {exc}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _terminate)
-    print(
-        f"bench_paired: {', '.join(f'{c.label} = {c.short}' for c in commits)}; "
-        f"{args.sessions:,} sessions, {args.partitions} partitions, commit every "
+    plan = (
+        "the builds only"
+        if args.build_only
+        else f"{args.sessions:,} sessions, {args.partitions} partitions, commit every "
         f"{args.commit_ms} ms, `reconciler run` with 1 process; {args.warmup} warm-up + "
-        f"{args.rounds} rounds, rotating order; ratios to {commits[0].label}; "
-        f"load average {_load()}",
+        f"{args.rounds} rounds, rotating order; ratios to {commits[0].label}"
+    )
+    print(
+        f"bench_paired: {_utc()}: {', '.join(f'{c.label} = {c.short}' for c in commits)}; "
+        f"{plan}; load average {_load()}",
         flush=True,
     )
     note = uncommitted_note(commits)
@@ -571,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {c.label}: {sources[c.label]}")
         return 0
     code = measure(args, commits, sources)
-    print(f"bench_paired: {time.monotonic() - started:.0f} s in all")
+    print(f"bench_paired: {_utc()}: {time.monotonic() - started:.0f} s in all")
     return code
 
 
