@@ -55,9 +55,9 @@ from tools.previous_release import (
 
 INSTANCE = "bench-paired"
 NICE = 15
-COMPILE_TIMEOUT_S = 1800.0
-"""mypyc's build is 3-4 min of CPU; at nice 15 on a loaded machine it can take several times
-that in wall-clock time."""
+STEP_TIMEOUT_S = 1800.0
+"""The install of `.[dev]` and mypyc's build, each 3-4 min of CPU: at nice 15 on a loaded
+machine (load 15-25 on 2 cores) either took over 10 min of wall-clock time."""
 READY_TIMEOUT_S = 300.0
 """A worker's start: imports, and building and encoding the input (~6 s at 20,000 sessions)."""
 WORKER = Path(__file__).with_name("bench_paired_worker.py")
@@ -254,6 +254,7 @@ def _build_into(folder: Path, commit: str, pins: str) -> None:
     run_step(
         [*pip, "-e", ".[dev]"],
         f"installing {commit[:12]} (editable, with .[dev])",
+        STEP_TIMEOUT_S,
         preexec_fn=_nice,
         cwd=source,
     )
@@ -261,7 +262,7 @@ def _build_into(folder: Path, commit: str, pins: str) -> None:
     run_step(
         [python, "-m", "tools.build_compiled"],
         f"the compiled build of {commit[:12]}",
-        COMPILE_TIMEOUT_S,
+        STEP_TIMEOUT_S,
         env=pure_build,
         preexec_fn=_nice,
         cwd=source,
