@@ -24,13 +24,14 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 try:
-    from tools.cache import cache_root, fresh_dir, is_complete, mark_complete, tool_dir
+    from tools.cache import fresh_dir, is_complete, mark_complete, tool_dir
 except ModuleNotFoundError:  # run as `python tools/previous_release.py`
     from cache import (  # type: ignore[import-not-found,no-redef]
-        cache_root,
         fresh_dir,
         is_complete,
         mark_complete,
@@ -52,21 +53,27 @@ def wanted_ref(explicit: str | None = None) -> str:
     return explicit or os.environ.get(RELEASE_ENV) or PREVIOUS_RELEASE
 
 
-def resolve(ref: str) -> str:
-    """The full commit hash of `ref` in this clone."""
+def commit_of(ref: str) -> str | None:
+    """The full commit hash of `ref` in this clone, or None when the clone has no such commit."""
     found = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
         capture_output=True,
         text=True,
         timeout=30,
     )
-    if found.returncode != 0:
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
+def resolve(ref: str) -> str:
+    """The full commit hash of `ref` in this clone."""
+    commit = commit_of(ref)
+    if commit is None:
         raise ReleaseBuildError(
             f"the previous release {ref!r} is not in this clone (a shallow clone?). Fix: "
             f"`git fetch --unshallow` (or fetch that commit/tag), or set {RELEASE_ENV} to a "
             "release commit or tag this clone has."
         )
-    return found.stdout.strip()
+    return commit
 
 
 def release_dir(commit: str) -> Path:
@@ -81,44 +88,57 @@ def build(ref: str | None = None) -> Path:
     """The python of a venv holding the release at `ref` (built now unless cached)."""
     commit = resolve(wanted_ref(ref))
     folder = release_dir(commit)
-    if is_complete(folder):
-        return python_of(folder)
-    lock_path = cache_root() / "tools" / ".reconciler-release.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a second test run waits for the first one's build
-        if not is_complete(folder):
-            _build_into(fresh_dir(folder), commit)
-            mark_complete(folder)
+    build_once(folder, lambda into: _build_into(into, commit))
     return python_of(folder)
 
 
-def _run(command: list[str], what: str, **kwargs: object) -> None:
+def build_once(folder: Path, make: Callable[[Path], None]) -> None:
+    """`make(folder)` into a fresh `folder` unless an earlier build completed it. One build of
+    a folder at a time: a second process (another test run) waits for the first one's."""
+    if is_complete(folder):
+        return
+    lock_path = folder.parent / f".{folder.name}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not is_complete(folder):
+            make(fresh_dir(folder))
+            mark_complete(folder)
+
+
+def run_step(
+    command: list[str], what: str, timeout_s: float = BUILD_TIMEOUT_S, **kwargs: Any
+) -> None:
+    """One build step; `ReleaseBuildError` with the end of its stderr when it fails."""
     try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, **kwargs
-        )  # type: ignore[call-overload]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, **kwargs)
     except subprocess.TimeoutExpired as exc:
-        raise ReleaseBuildError(f"{what}: no result within {BUILD_TIMEOUT_S:.0f}s") from exc
+        raise ReleaseBuildError(f"{what}: no result within {timeout_s:.0f}s") from exc
     if done.returncode != 0:
         raise ReleaseBuildError(f"{what} failed ({done.returncode}):\n{done.stderr[-2000:]}")
 
 
-def _build_into(folder: Path, commit: str) -> None:
-    with tempfile.TemporaryDirectory(prefix="reconciler-release-") as scratch:
+def extract(commit: str, dest: Path) -> None:
+    """The files of `commit` (`git archive`, so nothing of this work tree), unpacked in `dest`."""
+    with tempfile.TemporaryDirectory(prefix="reconciler-archive-") as scratch:
         archive = Path(scratch) / "source.tar"
-        _run(
+        run_step(
             ["git", "-C", str(REPO), "archive", "--format=tar", "-o", str(archive), commit],
             f"git archive {commit}",
         )
-        source = Path(scratch) / "source"
         with tarfile.open(archive) as tar:
-            tar.extractall(source, filter="data")
-        _run([sys.executable, "-m", "venv", str(folder / "venv")], "creating the venv")
+            tar.extractall(dest, filter="data")
+
+
+def _build_into(folder: Path, commit: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="reconciler-release-") as scratch:
+        source = Path(scratch) / "source"
+        extract(commit, source)
+        run_step([sys.executable, "-m", "venv", str(folder / "venv")], "creating the venv")
         pip = [str(python_of(folder)), "-m", "pip", "install", "--quiet"]
-        _run([*pip, "setuptools>=68", "wheel"], "installing the build backend")
+        run_step([*pip, "setuptools>=68", "wheel"], "installing the build backend")
         # No build isolation: its env would install mypy for a build that compiles nothing.
-        _run(
+        run_step(
             [*pip, "--no-build-isolation", str(source)],
             f"installing the release {commit[:12]}",
             env=os.environ | {"RECONCILER_PURE": "1"},
