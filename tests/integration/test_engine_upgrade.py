@@ -10,7 +10,11 @@ What crosses versions, and what this checks of it:
 * session state (changelog values and the local store's copies): the previous release must
   read what the current one writes exactly, or refuse it with `StateFormatError`; a silent
   misread is a bug. `test_the_previous_release_reads_or_refuses_current_state` finds out which
-  it is for the release under test; the rollout test then holds the engine to that answer;
+  it is for the release under test (for v3 against v4: refused), on samples that set every
+  field of the state (tests/integration/state_samples.py); the rollout test then holds the
+  engine to that answer. The other way, the current build must read every state the previous
+  release writes, field by field:
+  `test_the_current_build_reads_the_previous_releases_state_field_by_field`;
 * the consumer group protocol (assignor, static membership) and the transactional ids: both
   versions must share partitions and fence each other;
 * the committed offsets and their owner mark (engine/runtime/commit/fencing.py).
@@ -235,7 +239,7 @@ def test_the_previous_release_reads_or_refuses_current_state(previous_python: Pa
     silently misread on a rollback (same schema fingerprint, different meaning or layout), a
     build that keeps the old format readable by dropping what it cannot hold (the causal
     order), and a refusal without the operator's fix in it. The samples: every state on the
-    way of ~430 sessions of the lifecycle model's runners (open writes, parked intents, acks
+    way of 360 sessions (2,144 states) of the lifecycle model's runners (open writes, parked intents, acks
     and resumes, inputs waiting for their causes, producer marks, grants, AMBIGUOUS and
     VIOLATED health, repairs), checked to set every field of the state.
 
