@@ -238,9 +238,9 @@ def test_the_previous_release_reads_or_refuses_current_state(previous_python: Pa
     """New writes, old reads. Catches a state format change that the previous release would
     silently misread on a rollback (same schema fingerprint, different meaning or layout), a
     build that keeps the old format readable by dropping what it cannot hold (the causal
-    order), and a refusal without the operator's fix in it. The samples: every state on the
-    way of 360 sessions (2,144 states) of the lifecycle model's runners (open writes, parked intents, acks
-    and resumes, inputs waiting for their causes, producer marks, grants, AMBIGUOUS and
+    order), and a refusal without the operator's fix in it. The samples: every state (2,144)
+    on the way of 360 sessions of the lifecycle model's runners (open writes, parked intents,
+    acks and resumes, inputs waiting for their causes, producer marks, grants, AMBIGUOUS and
     VIOLATED health, repairs), checked to set every field of the state.
 
     For the release under test (it writes session_state v3, this build v4) the answer is
