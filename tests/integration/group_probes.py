@@ -92,7 +92,7 @@ def wait_for_holders(
             return time.monotonic() - started, {n: parts for n, (_, parts) in found.items()}
         time.sleep(0.2)
     not_joined = sorted(n for n, old in stale.items() if found.get(n, (old, set()))[0] == old)
-    never = f"; never joined (still the stopped process's member): {not_joined}"
+    never = f"; no join of a replacement (only the stopped process's member, or none): {not_joined}"
     raise AssertionError(
         f"after {timeout_s:.0f}s the group is {found}, not held by {sorted(want)}"
         + (never if not_joined else "")
