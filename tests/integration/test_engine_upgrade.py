@@ -415,7 +415,11 @@ def test_rolling_upgrade_and_rollback_under_traffic_keep_exactly_once(
     changed from range to roundrobin in `consumer_config` (an assignor the previous release
     does not share): its JoinGroup was refused with INCONSISTENT_GROUP_PROTOCOL while a
     previous-release instance was in the group, and after the second replacement the test
-    failed with "no final answer within 90 s to ['probe-4-0', 'probe-4-2', 'probe-4-3']"."""
+    failed with "no final answer within 90 s to ['probe-4-0', 'probe-4-2', 'probe-4-3']".
+    Seen to fail (5 December 2026) on: the current build never subscribing (`consumer.subscribe`
+    removed from `Engine._create_clients`): the first replacement (a:current) never joins, and
+    the step fails after its 90 s wait; before the wait required the replacement's own join,
+    the stopped instance's lingering static membership let that step pass."""
     outcome, _ = _rollback_outcome(previous_python)
     checks = cluster.direct_bootstrap
     base = engine_settings(cluster.bootstrap, unique_name, tmp_path / "state")
