@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -34,35 +34,69 @@ def _producer(bootstrap: str) -> Producer:
     )
 
 
-def owners(bootstrap: str, group_id: str) -> dict[str, set[int]]:
-    """Static member id -> the partition numbers it holds, as the group coordinator sees it."""
+def members(bootstrap: str, group_id: str) -> dict[str, tuple[str, set[int]]]:
+    """Static member id -> (the coordinator's member id of its current join, the partition
+    numbers it holds). A process that joins under a static id gets a new member id."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     group = admin.describe_consumer_groups([group_id])[group_id].result(10)
     return {
-        member.group_instance_id or member.member_id: {
-            tp.partition for tp in member.assignment.topic_partitions
-        }
+        member.group_instance_id or member.member_id: (
+            member.member_id,
+            {tp.partition for tp in member.assignment.topic_partitions},
+        )
         for member in group.members
     }
 
 
+def owners(bootstrap: str, group_id: str) -> dict[str, set[int]]:
+    """Static member id -> the partition numbers it holds, as the group coordinator sees it."""
+    return {name: parts for name, (_, parts) in members(bootstrap, group_id).items()}
+
+
+def member_ids(bootstrap: str, settings: Settings, timeout_s: float = 30) -> dict[str, str]:
+    """Static member id -> the member id of its current join, as the coordinator sees it now."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return {name: mid for name, (mid, _) in members(bootstrap, settings.group_id).items()}
+        except (KafkaException, TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def wait_for_holders(
-    bootstrap: str, settings: Settings, want: set[str], timeout_s: float
+    bootstrap: str,
+    settings: Settings,
+    want: set[str],
+    timeout_s: float,
+    replaced: Mapping[str, str] | None = None,
 ) -> tuple[float, dict[str, set[int]]]:
     """Seconds until exactly the members `want` hold partitions and every partition is held,
-    and who holds what then."""
+    and who holds what then.
+
+    `replaced`: static member id -> the member id its stopped process joined with. A stopped
+    static member keeps its partitions until its session times out (seconds), so each of
+    these must hold partitions under a newer member id: the replacement's own join."""
+    stale = dict(replaced or {})
     started = time.monotonic()
-    found: dict[str, set[int]] = {}
+    found: dict[str, tuple[str, set[int]]] = {}
     while time.monotonic() - started < timeout_s:
         # a group still forming or rebalancing: no answer, or not in time
         with contextlib.suppress(KafkaException, TimeoutError):
-            found = owners(bootstrap, settings.group_id)
-        holding = {name for name, parts in found.items() if parts}
-        held: set[int] = set().union(*found.values()) if found else set()
-        if holding == want and held == set(range(settings.partitions)):
-            return time.monotonic() - started, found
+            found = members(bootstrap, settings.group_id)
+        holding = {name for name, (_, parts) in found.items() if parts}
+        held: set[int] = set().union(*(parts for _, parts in found.values()))
+        joined = all(found.get(name, (old, set()))[0] != old for name, old in stale.items())
+        if holding == want and held == set(range(settings.partitions)) and joined:
+            return time.monotonic() - started, {n: parts for n, (_, parts) in found.items()}
         time.sleep(0.2)
-    raise AssertionError(f"after {timeout_s:.0f}s the group is {found}, not held by {sorted(want)}")
+    not_joined = sorted(n for n, old in stale.items() if found.get(n, (old, set()))[0] == old)
+    never = f"; no join of a replacement (only the stopped process's member, or none): {not_joined}"
+    raise AssertionError(
+        f"after {timeout_s:.0f}s the group is {found}, not held by {sorted(want)}"
+        + (never if not_joined else "")
+    )
 
 
 def end_offsets(bootstrap: str, settings: Settings) -> dict[tuple[str, int], int]:

@@ -10,7 +10,11 @@ What crosses versions, and what this checks of it:
 * session state (changelog values and the local store's copies): the previous release must
   read what the current one writes exactly, or refuse it with `StateFormatError`; a silent
   misread is a bug. `test_the_previous_release_reads_or_refuses_current_state` finds out which
-  it is for the release under test; the rollout test then holds the engine to that answer;
+  it is for the release under test (for v3 against v4: refused), on samples that set every
+  field of the state (tests/integration/state_samples.py); the rollout test then holds the
+  engine to that answer. The other way, the current build must read every state the previous
+  release writes, field by field:
+  `test_the_current_build_reads_the_previous_releases_state_field_by_field`;
 * the consumer group protocol (assignor, static membership) and the transactional ids: both
   versions must share partitions and fence each other;
 * the committed offsets and their owner mark (engine/runtime/commit/fencing.py).
@@ -29,15 +33,25 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import pytest
 from msgspec.structs import replace
 
-from engine.core.events import AckEvent, Decision, Event, IntentEvent, Reason, ResumeEvent, Verdict
-from engine.core.fold import fold
+from engine.core.events import (
+    AckEvent,
+    Decision,
+    Event,
+    IntentEvent,
+    Reason,
+    RepairEvent,
+    ResumeEvent,
+    Verdict,
+)
 from engine.core.state import SessionState
 from engine.runtime.tasks.state_codec import decode_state, encode_state
 from engine.settings import Settings, settings_env
 from engine.wire import RecordType
+from tests.integration import state_samples
 from tests.integration.engine_harness import (
     CODEC,
     EngineProcess,
@@ -49,12 +63,12 @@ from tests.integration.group_probes import (
     Encode,
     end_offsets,
     every_partition_answers,
+    member_ids,
     runner_traffic,
     sessions_carried,
     wait_for_holders,
 )
 from tools import previous_release
-from tools.bench_fold import session_events
 from tools.kafka_cluster import Cluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
@@ -79,11 +93,27 @@ import sys
 from engine.runtime.state_codec import StateFormatError, decode_state, encode_state
 for line in sys.stdin:
     try:
-        print("read", encode_state(decode_state(bytes.fromhex(line.strip()))).hex(), flush=True)
+        print("read", encode_state(decode_state(bytes.fromhex(line.strip()))).hex())
     except StateFormatError as exc:
-        print("refused", str(exc).replace("\\n", " "), flush=True)
+        print("refused", str(exc).replace("\\n", " "))
 """
 
+# Run by the previous release's python: each line of stdin is `run record_type offset hex`,
+# one input of a session (run) in the schema version its runners write; the previous release
+# folds it and answers the state it then writes (hex) and that state's record (JSON).
+FOLD = """
+import sys
+import msgspec
+from engine.core.fold import fold
+from engine.runtime.state_codec import encode_state
+from engine.wire import Codec, RecordType
+codec, states = Codec(), {}
+for line in sys.stdin:
+    run, kind, offset, data = line.split()
+    event = codec.decode(RecordType(kind), bytes.fromhex(data))
+    state = states[run] = fold(states.get(run), event, int(offset)).state
+    print(encode_state(state).hex(), msgspec.json.encode(state.to_record()).decode())
+"""
 
 # Run by the previous release's python: the schema version it writes of each record type.
 CURRENT_VERSIONS = """
@@ -91,6 +121,13 @@ import json
 from engine.wire.policy import POLICY
 print(json.dumps({record_type.value: policy.current for record_type, policy in POLICY.items()}))
 """
+
+RECORD_TYPES = {
+    IntentEvent: RecordType.INTENT,
+    AckEvent: RecordType.ACK,
+    ResumeEvent: RecordType.RESUME,
+    RepairEvent: RecordType.REPAIR,
+}
 
 
 @pytest.fixture(scope="module")
@@ -108,9 +145,26 @@ def _release_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
 
 
-def _as_previous_runners_write(python: Path) -> Encode:
-    """Inputs in the schema versions the previous release's runners write (and its engine
-    reads): during an engine upgrade the runners are not upgraded yet."""
+def _run_previous(python: Path, script: str, lines: list[str], what: str) -> list[str]:
+    """The previous release's python runs ``script`` on ``lines``: its output lines."""
+    done = subprocess.run(
+        [str(python), "-c", script],
+        input="".join(f"{line}\n" for line in lines),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=python.parents[2],
+        env=_release_env(dict(os.environ)),
+        check=False,
+    )
+    assert done.returncode == 0, f"the previous release crashed on {what}:\n{done.stderr}"
+    answers = done.stdout.splitlines()
+    assert len(answers) == len(lines), f"{len(answers)} answers to {len(lines)} {what}"
+    return answers
+
+
+def _previous_versions(python: Path) -> dict[RecordType, int]:
+    """The schema version of each record type the previous release (and its runners) write."""
     done = subprocess.run(
         [str(python), "-c", CURRENT_VERSIONS],
         capture_output=True,
@@ -120,64 +174,129 @@ def _as_previous_runners_write(python: Path) -> Encode:
         env=_release_env(dict(os.environ)),
         check=True,
     )
-    versions = {RecordType(name): version for name, version in json.loads(done.stdout).items()}
-    kinds = {
-        IntentEvent: RecordType.INTENT,
-        AckEvent: RecordType.ACK,
-        ResumeEvent: RecordType.RESUME,
-    }
-    return lambda event: CODEC.encode(event, version=versions[kinds[type(event)]])
+    return {RecordType(name): version for name, version in json.loads(done.stdout).items()}
+
+
+def _as_previous_runners_write(python: Path) -> Encode:
+    """Inputs in the schema versions the previous release's runners write (and its engine
+    reads): during an engine upgrade the runners are not upgraded yet."""
+    versions = _previous_versions(python)
+    return lambda event: CODEC.encode(event, version=versions[RECORD_TYPES[type(event)]])
 
 
 def _sample_states() -> list[SessionState]:
-    """States of every shape the fold makes: pending, committed, parked, withheld, fenced."""
-    states: dict[str, SessionState] = {}
-    events = workload(60, seed=23) + [e for n in range(20) for e in session_events(n)]
-    for offset, event in enumerate(events):
-        states[event.session_id] = fold(states.get(event.session_id), event, offset).state
-    return list(states.values())
+    """Every state the sample runs pass through (tests/integration/state_samples.py), checked
+    to exercise every field of the state, nested ones included."""
+    states = state_samples.sample_states(state_samples.runs())
+    assert state_samples.unexercised(states) == [], "the samples leave these fields unexercised"
+    return states
+
+
+def _assert_reads_back(state: SessionState, written: bytes, who: str) -> None:
+    """``written`` (what ``who`` wrote after reading ``state``) reads as ``state``, field by
+    field."""
+    differing = state_samples.differing_fields(decode_state(written), state)
+    assert not differing, (
+        f"{who} loses or changes these fields of session {state.session_id}: {differing}"
+    )
 
 
 def _rollback_outcome(python: Path) -> tuple[str, str]:
     """Whether the previous release reads the current state format (READ: every sample comes
-    back unchanged through its decode and encode) or refuses it (REFUSED, with its message).
-    Anything else, a sample read differently or some read and some refused, fails here."""
+    back through its decode and encode equal field by field) or refuses it (REFUSED: every
+    sample, each with the operator's fix; then the current build, which takes over again, must
+    read back every sample it wrote, field by field). Anything else, a sample read
+    differently or some read and some refused, fails here."""
     states = _sample_states()
-    done = subprocess.run(
-        [str(python), "-c", ROUND_TRIP],
-        input="".join(encode_state(s).hex() + "\n" for s in states),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=python.parents[2],
-        env=_release_env(dict(os.environ)),
-        check=False,
-    )
-    assert done.returncode == 0, f"the previous release crashed on current state:\n{done.stderr}"
-    answers = [line.split(" ", 1) for line in done.stdout.splitlines()]
-    assert len(answers) == len(states)
+    written = [encode_state(s) for s in states]
+    answers = [
+        line.split(" ", 1)
+        for line in _run_previous(python, ROUND_TRIP, [w.hex() for w in written], "current state")
+    ]
     kinds = {kind for kind, _ in answers}
     if kinds == {REFUSED}:
+        for state, data in zip(states, written, strict=True):
+            _assert_reads_back(state, data, "the current build, reading back its own state,")
+        for _, message in answers:
+            assert "Fix:" in message, message
+            assert "upgrade the engine" in message, message
         return REFUSED, answers[0][1]
     assert kinds == {READ}, f"the previous release read some states and refused others: {kinds}"
     for state, (_, written_back) in zip(states, answers, strict=True):
-        assert decode_state(bytes.fromhex(written_back)) == state, (
-            f"the previous release misreads current state (session {state.session_id}): "
-            "a rollback would decide on wrong state. Make the new format refused by the old "
-            "release (a new schema version: its fingerprint is unknown there) or keep it readable"
+        _assert_reads_back(
+            state,
+            bytes.fromhex(written_back),
+            "the previous release misreads current state (a rollback would decide on wrong "
+            "state; make the new format refused by the old release, a new schema version whose "
+            "fingerprint is unknown there, or keep it readable):",
         )
     return READ, ""
 
 
 @pytest.mark.timeout(900)  # a cold build of the previous release installs its dependencies
 def test_the_previous_release_reads_or_refuses_current_state(previous_python: Path) -> None:
-    """Catches a state format change that the previous release would silently misread on a
-    rollback (same schema fingerprint, different meaning or layout), and a refusal without
-    the operator's fix in it."""
-    outcome, message = _rollback_outcome(previous_python)
-    if outcome == REFUSED:
-        assert "Fix:" in message, message
-        assert "upgrade the engine" in message, message
+    """New writes, old reads. Catches a state format change that the previous release would
+    silently misread on a rollback (same schema fingerprint, different meaning or layout), a
+    build that keeps the old format readable by dropping what it cannot hold (the causal
+    order), and a refusal without the operator's fix in it. The samples: every state (2,144)
+    on the way of 360 sessions of the lifecycle model's runners (open writes, parked intents,
+    acks and resumes, inputs waiting for their causes, producer marks, grants, AMBIGUOUS and
+    VIOLATED health, repairs), checked to set every field of the state.
+
+    For the release under test (it writes session_state v3, this build v4) the answer is
+    REFUSED, so the rollback is the refused one: the old instance answers nothing and the
+    current build takes over again, reading back what it wrote.
+
+    Seen to fail (5 December 2026) on: `encode_state` dropping `causal_waiting`
+    (`_CODEC.encode(replace(state, causal_waiting=[]))` in engine/runtime/tasks/state_codec.py):
+    "the current build, reading back its own state, loses or changes these fields of session
+    sample-...: ['causal_waiting']"; and on `encode_state` writing the previous release's
+    version (`_CODEC.encode(state, version=3)`, the causal fields dropped as a v3 writer
+    would): the previous release then reads every sample, and "the previous release misreads
+    current state ...: ['causal_waiting', 'producers']"."""
+    _rollback_outcome(previous_python)
+
+
+@pytest.mark.timeout(900)
+def test_the_current_build_reads_the_previous_releases_state_field_by_field(
+    previous_python: Path,
+) -> None:
+    """Old writes, new reads. The previous release folds the sample sessions' inputs (in the
+    schema versions its runners write) and writes every state on the way; the current build
+    reads each of them as the previous release held it (its JSON record): every field it knows
+    equal, the causal ones (new in v4) at their defaults. Then it writes each back in its own
+    version and reads it again without loss. The states the previous release wrote must set
+    every field its version holds.
+
+    Seen to fail (5 December 2026) on: `decode_state` dropping `parked_acks` of a state
+    written in an older version (`replace(state, parked_acks=[])` unless the value starts
+    with the current schema's header): "the current build reads the previous release's state
+    of session sample-... with these fields changed: ['parked_acks']"."""
+    versions = _previous_versions(previous_python)
+    runs = state_samples.runs()
+    lines = [
+        f"{n} {RECORD_TYPES[type(event)].value} {offset} "
+        + CODEC.encode(event, version=versions[RECORD_TYPES[type(event)]]).hex()
+        for n, run in enumerate(runs)
+        for event, offset in run
+    ]
+    written: dict[str, str] = {}  # state (hex) -> its record (JSON), once per distinct state
+    for line in _run_previous(previous_python, FOLD, lines, "the sample inputs"):
+        data, record = line.split(" ", 1)
+        written.setdefault(data, record)
+    read: list[SessionState] = []
+    for data, record in written.items():
+        held = SessionState.from_record(msgspec.json.decode(record))
+        got = decode_state(bytes.fromhex(data))
+        differing = state_samples.differing_fields(got, held)
+        assert not differing, (
+            f"the current build reads the previous release's state of session "
+            f"{held.session_id} with these fields changed: {differing}"
+        )
+        _assert_reads_back(got, encode_state(got), "the current build, writing it back,")
+        read.append(got)
+    older = state_samples.causal_fields()
+    assert state_samples.unexercised(read, skip=older) == [], "unexercised in the old release"
 
 
 @dataclass
@@ -213,6 +332,7 @@ class Rollout:
     probes: list[Event] = field(default_factory=list)
     owners: dict[str, set[int]] = field(default_factory=dict)
     steps: list[str] = field(default_factory=list)
+    stopped: dict[str, str] = field(default_factory=dict)  # name -> its stopped member's id
 
     def slot(self, name: str) -> Settings:
         return self.base.model_copy(update={"instance_id": name, "state_dir": self.tmp / name})
@@ -233,16 +353,26 @@ class Rollout:
 
     def replace_without_waiting(self, name: str, version: str, python: Path | None) -> None:
         assert self.procs[name].terminate() == 0, f"{name} did not drain and exit 0"
+        # The stopped process's static membership outlives it by a session timeout (partitions
+        # included): note its member id, so only the replacement's own join counts.
+        stopped = member_ids(self.checks, self.base).get(name)
+        if stopped is not None:
+            self.stopped[name] = stopped
         self.start(name, version, python)
 
     def serving(self, timeout_s: float = 90) -> None:
-        """Both members hold partitions and every partition answers a fresh probe."""
+        """Both members hold partitions, each replaced one under its replacement's own join
+        (not the stopped process's lingering membership), and every partition answers a
+        fresh probe."""
         try:
-            _, self.owners = wait_for_holders(self.checks, self.base, set(self.procs), timeout_s)
+            _, self.owners = wait_for_holders(
+                self.checks, self.base, set(self.procs), timeout_s, replaced=self.stopped
+            )
         except AssertionError as exc:
             raise AssertionError(
                 f"after {self.steps[-1]}: the versions do not share the group: {exc}"
             ) from exc
+        self.stopped.clear()
         sent, _ = every_partition_answers(
             self.checks, self.base, f"probe-{len(self.steps)}", timeout_s, self.encode
         )
@@ -285,7 +415,11 @@ def test_rolling_upgrade_and_rollback_under_traffic_keep_exactly_once(
     changed from range to roundrobin in `consumer_config` (an assignor the previous release
     does not share): its JoinGroup was refused with INCONSISTENT_GROUP_PROTOCOL while a
     previous-release instance was in the group, and after the second replacement the test
-    failed with "no final answer within 90 s to ['probe-4-0', 'probe-4-2', 'probe-4-3']"."""
+    failed with "no final answer within 90 s to ['probe-4-0', 'probe-4-2', 'probe-4-3']".
+    Seen to fail (5 December 2026) on: the current build never subscribing (`consumer.subscribe`
+    removed from `Engine._create_clients`): the first replacement (a:current) never joins, and
+    the step fails after its 90 s wait; before the wait required the replacement's own join,
+    the stopped instance's lingering static membership let that step pass."""
     outcome, _ = _rollback_outcome(previous_python)
     checks = cluster.direct_bootstrap
     base = engine_settings(cluster.bootstrap, unique_name, tmp_path / "state")
