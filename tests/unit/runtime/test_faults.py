@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -20,6 +21,7 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 from engine.core.events import Decision
 from engine.runtime import engine as engine_module
 from engine.runtime.clients import ConsumerLike
+from engine.runtime.commit import commit as commit_module
 from engine.runtime.commit.commit import Commit
 from engine.runtime.engine import Engine
 from engine.runtime.intake import intake
@@ -86,17 +88,19 @@ def _broker(settings: Settings, faults: Faults) -> FakeBroker:
 
 
 def _persist_hits(monkeypatch: pytest.MonkeyPatch, faults: Faults) -> None:
-    # step 6 of either path (a commit the loop waited for or an overlapped one): once per task
-    # of the commit, before any of their sealed writes go to their stores (`Commit.persist`;
-    # `PartitionTask`, compiled, refuses patched methods)
-    original = Commit.persist
+    # step 6 of either path (a commit the loop waited for or an overlapped one): as each task's
+    # sealed writes go to its store, after the tasks before it in the commit persisted theirs.
+    # `Commit.persist` enters `detecting` once per task around its `persist_sealed`
+    # (`PartitionTask`, compiled, refuses patched methods).
+    original = commit_module.detecting
 
-    def persist(self: Commit) -> None:
-        for _ in self.tasks:
+    @contextmanager
+    def detecting(partition: int) -> Iterator[None]:
+        with original(partition):
             faults.hit("persist")
-        original(self)
+            yield
 
-    monkeypatch.setattr(Commit, "persist", persist)
+    monkeypatch.setattr(commit_module, "detecting", detecting)
 
 
 def _skip(step: str) -> int:
