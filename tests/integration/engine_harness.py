@@ -85,7 +85,11 @@ class EngineProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 (lives as long as the process)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "engine.cli", "run"],
-            env=os.environ | settings_env(self.settings) | self.extra_env,
+            # faulthandler: `dump_stacks` has an engine write every thread's stack to the log
+            env=os.environ
+            | settings_env(self.settings)
+            | {"PYTHONFAULTHANDLER": "1"}
+            | self.extra_env,
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=REPO,
@@ -104,6 +108,25 @@ class EngineProcess:
                 return int(pids[0])
             time.sleep(0.05)
         raise AssertionError(f"the supervisor started no engine within {timeout_s:.0f}s")
+
+    def dump_stacks(self) -> None:
+        """For a test about to fail on an engine that went quiet: each engine child's kernel
+        state and wait channel, then its Python stacks (SIGABRT, written by faulthandler) in
+        the log. The supervisor restarts the child afterwards."""
+        assert self.proc is not None
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        pids = children.read_text().split() if children.exists() else []
+        with open(self.log_path, "a") as log:
+            log.write(f"== dump_stacks: supervisor {self.proc.pid}, children {pids}\n")
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    state = Path(f"/proc/{pid}/status").read_text().splitlines()[2]
+                    wchan = Path(f"/proc/{pid}/wchan").read_text()
+                    log.write(f"== engine {pid}: {state}, wchan {wchan}\n")
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGABRT)
+        time.sleep(1)
 
     def kill(self) -> None:
         """kill -9 the engine child; the supervisor starts a new one."""

@@ -158,6 +158,8 @@ def test_broker_restart_under_load(
             back = time.monotonic()
             probe, flowing = _probe(kafka_bootstrap, settings, n, bound_s)
             probes += probe
+            if not flowing:
+                engine.dump_stacks()
             assert flowing, f"restart {n + 1}: no decisions within {bound_s:.0f}s of broker up"
             recoveries.append(time.monotonic() - back)
             print(f"restart {n + 1}: decisions again {recoveries[-1]:.1f}s after broker up")
