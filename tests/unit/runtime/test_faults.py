@@ -26,6 +26,7 @@ from engine.runtime.commit.commit import Commit
 from engine.runtime.engine import Engine
 from engine.runtime.intake import intake
 from engine.runtime.process.watchdog import Expired, Watchdog
+from engine.runtime.tasks import corrupt
 from engine.runtime.tasks.store import LocalStore
 from engine.settings import Settings, load_settings
 from engine.wire import RecordType
@@ -92,7 +93,7 @@ def _persist_hits(monkeypatch: pytest.MonkeyPatch, faults: Faults) -> None:
     # sealed writes go to its store, after the tasks before it in the commit persisted theirs.
     # `Commit.persist` enters `detecting` once per task around its `persist_sealed`
     # (`PartitionTask`, compiled, refuses patched methods).
-    original = commit_module.detecting
+    original = corrupt.detecting
 
     @contextmanager
     def detecting(partition: int) -> Iterator[None]:
