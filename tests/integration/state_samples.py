@@ -39,7 +39,6 @@ from engine.core.events import (
     RepairResolution,
     ResumeEvent,
 )
-from engine.core.fold import fold
 from engine.core.state import UNRESOLVED, Health, SessionState, SlotStatus
 from tests.unit.core.lifecycle_model import (
     BINDING,
@@ -54,6 +53,8 @@ from tests.unit.core.lifecycle_model import (
     Topic,
     World,
     Write,
+    fold_placed,
+    repair_event,
 )
 
 Run = list[tuple[Event, int]]
@@ -150,14 +151,12 @@ def _repair(state: SessionState, n: int) -> RepairEvent | None:
     open_write = state.slot is not None and state.slot.status in UNRESOLVED
     if state.health is Health.CLEAR and not (open_write and n % 3 == 0):
         return None
-    return RepairEvent(
-        event_id=f"{state.session_id}/repair",
-        session_id=state.session_id,
-        event_time_ms=10_000_000,
-        resolution=REPAIRS[n % len(REPAIRS)],
-        actor="ops@example",
-        reason="checked the store",
-        intent_id=None if state.slot is None else state.slot.intent_id,
+    return repair_event(
+        f"{state.session_id}/repair",
+        state.session_id,
+        10_000_000,
+        REPAIRS[n % len(REPAIRS)],
+        None if state.slot is None else state.slot.intent_id,
     )
 
 
@@ -187,12 +186,7 @@ def runs(worlds: int = 72, seed: int = 4) -> list[Run]:
 
 def fold_run(run: Run) -> list[SessionState]:
     """The state after each input of ``run``."""
-    state: SessionState | None = None
-    states: list[SessionState] = []
-    for event, offset in run:
-        state = fold(state, event, offset).state
-        states.append(state)
-    return states
+    return fold_placed(None, run)[0]
 
 
 def sample_states(sampled: Iterable[Run]) -> list[SessionState]:

@@ -50,6 +50,51 @@ BEFORE_WINDOW = 2  # how many tail digests a runner records as `before`
 STORE_PRODUCER = "store:model-store"  # the producer id of the store's own acks
 
 
+def causal(producer: str, seq: int, *after: tuple[str, int]) -> CausalContext:
+    """The causal context of `producer`'s event number `seq`, naming the events `after`
+    ((producer, seq) pairs) it follows."""
+    return CausalContext(
+        producer=producer, seq=seq, after=[Cause(producer=p, seq=n) for p, n in after]
+    )
+
+
+def repair_event(
+    event_id: str,
+    session_id: str,
+    time_ms: int,
+    resolution: RepairResolution,
+    intent_id: str | None,
+    *,
+    actor: str = "ops@example",
+    reason: str = "checked the store",
+) -> RepairEvent:
+    """An operator's repair of a session (or, by the model, one naming no intent it holds)."""
+    return RepairEvent(
+        event_id=event_id,
+        session_id=session_id,
+        event_time_ms=time_ms,
+        resolution=resolution,
+        actor=actor,
+        reason=reason,
+        intent_id=intent_id,
+    )
+
+
+def fold_placed(
+    state: SessionState | None, placed: Iterable[tuple[Event, int]]
+) -> tuple[list[SessionState], list[Decision]]:
+    """Folds each event at its offset in its topic, from `state`: the state after each event,
+    and every decision in order."""
+    states: list[SessionState] = []
+    decisions: list[Decision] = []
+    for event, offset in placed:
+        result = fold(state, event, offset)
+        state = result.state
+        states.append(state)
+        decisions.extend(result.decisions)
+    return states, decisions
+
+
 class Topic(StrEnum):
     INTENTS = "intents"
     ACKS = "acks"
@@ -200,15 +245,15 @@ class World:
             return
         original = originals[back % len(originals)]
         while self.state is not None and original.event.event_id in self.state.recent_event_ids:
-            filler = RepairEvent(
-                event_id=f"noise{len(self.log)}",  # not from `_id`: the run without copies
-                # must number its inputs alike
-                session_id=SID,
-                event_time_ms=self.time_ms,
-                resolution=RepairResolution.ABANDON,
+            filler = repair_event(
+                f"noise{len(self.log)}",  # not from `_id`: the run without copies must
+                # number its inputs alike
+                SID,
+                self.time_ms,
+                RepairResolution.ABANDON,
+                "never-registered",
                 actor="model",
                 reason="noise",
-                intent_id="never-registered",
             )
             self._fold_unseen(Input(Topic.INTENTS, filler, copy=True))
         self._fold_unseen(Input(original.topic, original.event, copy=True))
@@ -274,13 +319,11 @@ class World:
         """The causal context of the runner's next event: it follows its own previous one."""
         if not self.causal:
             return None
-        after = [Cause(producer=runner.runner_id, seq=runner.published)]
+        previous = runner.published
         runner.published += 1
-        return CausalContext(
-            producer=runner.runner_id,
-            seq=runner.published,
-            after=after if runner.published > 0 else [],
-        )
+        if previous < 0:
+            return causal(runner.runner_id, runner.published)
+        return causal(runner.runner_id, runner.published, (runner.runner_id, previous))
 
     def _store_cause(self, runner: Runner) -> CausalContext | None:
         """The store numbers its own acks per session (the outbox row it writes with the
@@ -290,10 +333,10 @@ class World:
             return None
         self.store_published += 1
         seq = self.store_published
-        after = [Cause(producer=STORE_PRODUCER, seq=seq - 1)] if seq > 0 else []
+        after = [(STORE_PRODUCER, seq - 1)] if seq > 0 else []
         if runner.published >= 0:
-            after.append(Cause(producer=runner.runner_id, seq=runner.published))
-        return CausalContext(producer=STORE_PRODUCER, seq=seq, after=after)
+            after.append((runner.runner_id, runner.published))
+        return causal(STORE_PRODUCER, seq, *after)
 
     def _ack(
         self,
@@ -532,11 +575,11 @@ class World:
         append's transaction, so the tail and its ack number are read together)."""
         if not self.causal:
             return None
-        after = list(checkpoint.causes)
+        after = [(cause.producer, cause.seq) for cause in checkpoint.causes]
         if self.store_published >= 0:
-            after.append(Cause(producer=STORE_PRODUCER, seq=self.store_published))
+            after.append((STORE_PRODUCER, self.store_published))
         runner.published = 0
-        return CausalContext(producer=runner.runner_id, seq=0, after=after)
+        return causal(runner.runner_id, 0, *after)
 
     def _obey(self, runner: Runner, answer: Decision, checkpoint: Checkpoint, fault: Fault) -> None:
         record, k = checkpoint.pending, checkpoint.batch

@@ -12,6 +12,8 @@ checkpoint saved after the runner's own COMMITTED ack, which has no pending reco
 
 from __future__ import annotations
 
+import itertools
+
 from msgspec.structs import replace
 
 from engine.core.events import (
@@ -19,17 +21,15 @@ from engine.core.events import (
     AckOutcome,
     AckSource,
     Binding,
-    CausalContext,
-    Cause,
     Decision,
     Event,
     Reason,
     Verdict,
 )
-from engine.core.fold import fold
 from engine.core.state import CAUSAL_WAIT_LIMIT, PARK_MS, Health, SessionState
 from engine.core.watermark import expire
 from tests.unit.core.builders import ack, d, fold_all, intent, msg, resume
+from tests.unit.core.lifecycle_model import causal, fold_placed
 
 BEFORE = [msg("hello")]
 BATCH = [msg("a"), msg("b")]
@@ -38,28 +38,22 @@ UNSTABLE = Binding(backend_id="conversations", namespace="tests", items_digest_s
 STORE = "store:conversations"
 
 
-def ctx(producer: str, seq: int, *after: tuple[str, int]) -> CausalContext:
-    return CausalContext(
-        producer=producer, seq=seq, after=[Cause(producer=p, seq=n) for p, n in after]
-    )
-
-
 # r1's REGISTER is its event #1. In the watermark case it names #0, an event that never comes
 # (published, never acknowledged by Kafka); elsewhere it names none.
 OPENED = intent("e1", BATCH, BEFORE, binding=UNSTABLE, t=1_000)
-REGISTER = replace(OPENED, causal=ctx("r1", 1))
-REGISTER_AFTER_LOST = replace(OPENED, causal=ctx("r1", 1, ("r1", 0)))
+REGISTER = replace(OPENED, causal=causal("r1", 1))
+REGISTER_AFTER_LOST = replace(OPENED, causal=causal("r1", 1, ("r1", 0)))
 # The store's ack of the append, naming the runner event the append followed (r1#1), with the
 # tail as of the append's transaction: the batch's last item was rewritten by another writer.
 STORE_ACK = replace(
     ack("a1", AckOutcome.COMMITTED, source=AckSource.STORE, runner="", t=1_100),
     observed_tail=d([*BEFORE, *REWRITTEN]),
-    causal=ctx(STORE, 0, ("r1", 1)),
+    causal=causal(STORE, 0, ("r1", 1)),
 )
 # r1's own ack, then a checkpoint with no pending record (the SDK dropped it on success), then
 # r1 crashed. r2's resume of that checkpoint is granted on the session's health alone (SPEC.md
 # §6: no pending write, no tail to classify), so the store's tail is the only evidence.
-RUNNER_ACK = replace(ack("a2", AckOutcome.COMMITTED, t=1_150), causal=ctx("r1", 2, ("r1", 1)))
+RUNNER_ACK = replace(ack("a2", AckOutcome.COMMITTED, t=1_150), causal=causal("r1", 2, ("r1", 1)))
 RESUME = resume("q1", None, [*BEFORE, *REWRITTEN], binding=UNSTABLE, t=200_000)
 
 
@@ -70,12 +64,9 @@ def _by_id(decisions: list[Decision]) -> dict[str, tuple[Verdict, Reason, bool]]
 def _fold(
     state: SessionState | None, events: list[Event], start: int
 ) -> tuple[SessionState, list[Decision]]:
-    decisions: list[Decision] = []
-    for n, event in enumerate(events, start=start):
-        result = fold(state, event, n)
-        state, decisions = result.state, [*decisions, *result.decisions]
-    assert state is not None
-    return state, decisions
+    """The events folded at offsets from `start`: the last state and every decision."""
+    states, decisions = fold_placed(state, zip(events, itertools.count(start)))
+    return states[-1], decisions
 
 
 def _fillers(count: int) -> list[Event]:
@@ -85,7 +76,7 @@ def _fillers(count: int) -> list[Event]:
             ack(
                 f"w{n}", AckOutcome.NOT_WRITTEN, intent_id=f"other{n}", runner=f"w{n}", t=1_200 + n
             ),
-            causal=ctx(f"w{n}", 1, (f"w{n}", 0)),
+            causal=causal(f"w{n}", 1, (f"w{n}", 0)),
         )
         for n in range(count)
     ]
@@ -164,17 +155,17 @@ def test_a_store_ack_that_names_no_runner_event_waits_for_its_intent() -> None:
     without causal context, instead of passing for a superseded write's ACCEPTED."""
     first = replace(
         intent("e0", [msg("z")], [], intent_id="i0", seq=0, binding=UNSTABLE, t=500),
-        causal=ctx("r1", 0),
+        causal=causal("r1", 0),
     )
     first_ack = replace(
         STORE_ACK,
         event_id="a0",
         intent_id="i0",
         observed_tail=None,
-        causal=ctx(STORE, 0, ("r1", 0)),
+        causal=causal(STORE, 0, ("r1", 0)),
     )
-    lone = replace(STORE_ACK, causal=ctx(STORE, 1, (STORE, 0)))
-    second = replace(REGISTER, causal=ctx("r1", 1, ("r1", 0)))
+    lone = replace(STORE_ACK, causal=causal(STORE, 1, (STORE, 0)))
+    second = replace(REGISTER, causal=causal("r1", 1, ("r1", 0)))
     state, decisions = fold_all([first, first_ack, lone, second, RUNNER_ACK, RESUME])
     answers = _by_id(decisions)
     assert answers["a0"][:2] == (Verdict.RECORDED, Reason.ACCEPTED)
@@ -187,13 +178,13 @@ def test_a_store_ack_that_names_no_runner_event_waits_for_its_intent() -> None:
 def test_a_runner_ack_of_a_superseded_write_is_still_accepted_once_its_causes_are_folded() -> None:
     """The shortcut itself stays: the runner's ack names its own previous event, its intent
     is before that in its chain, so an intent id the state no longer holds was superseded."""
-    first = replace(REGISTER, event_id="e0", intent_id="i0", causal=ctx("r1", 0))
-    second = replace(REGISTER, intent_id="i1", causal=ctx("r1", 1, ("r1", 0)))
-    third = replace(REGISTER, event_id="e2", intent_id="i2", causal=ctx("r1", 2, ("r1", 1)))
+    first = replace(REGISTER, event_id="e0", intent_id="i0", causal=causal("r1", 0))
+    second = replace(REGISTER, intent_id="i1", causal=causal("r1", 1, ("r1", 0)))
+    third = replace(REGISTER, event_id="e2", intent_id="i2", causal=causal("r1", 2, ("r1", 1)))
     late: AckEvent = replace(
-        ack("a0", AckOutcome.UNKNOWN, intent_id="i0", t=1_050), causal=ctx("r9", 1, ("r9", 0))
+        ack("a0", AckOutcome.UNKNOWN, intent_id="i0", t=1_050), causal=causal("r9", 1, ("r9", 0))
     )
-    restored_chain = replace(late, causal=ctx("r1", 3, ("r1", 2)))
+    restored_chain = replace(late, causal=causal("r1", 3, ("r1", 2)))
     _, decisions = fold_all([first, second, third, restored_chain])
     assert _by_id(decisions)["a0"][:2] == (Verdict.RECORDED, Reason.ACCEPTED)
     # Named events that are not folded: it waits, as before.
