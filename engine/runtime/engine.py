@@ -31,14 +31,7 @@ from engine.runtime.intake.ordering import InputOrder
 from engine.runtime.loop import Loop
 from engine.runtime.parts import Consumed, Flags, Parts
 from engine.runtime.process.collector import Collector
-from engine.runtime.process.duplicate import (
-    DuplicateWatch,
-    Holders,
-    new_incarnation,
-    no_holders,
-    other_holders,
-    with_incarnation,
-)
+from engine.runtime.process.duplicate import DuplicateWatch, Holders, no_holders, other_holders
 from engine.runtime.process.memory import Trimmer, tune_gc
 from engine.runtime.process.metrics import EngineMetrics
 from engine.runtime.process.steps import Steps
@@ -103,12 +96,11 @@ class Engine:
         self.pause = pause or self._pause_unless_stopped
         self.rejoins = 0  # rejoins in this process (the log's counter)
         self.loop: Loop | None = None  # the current clients' (None between them)
-        self.incarnation = new_incarnation()  # named in the consumer's client.id
         # The lookup asks the clients' cluster; injected clients (the fault tests' fake broker)
         # have no coordinator to ask, and a real lookup there would wait out its timeout.
         default_holders = other_holders if clients is None else no_holders
         self.duplicates = DuplicateWatch(
-            settings, self.incarnation, self.metrics, self.pause, holders or default_holders
+            settings, self.parts.joined, self.metrics, self.pause, holders or default_holders
         )
 
     @property
@@ -228,7 +220,7 @@ class Engine:
         settings, factory, steps = self.settings, self.parts.factory, self.parts.steps
         txns = Transactions(factory.producer(settings), self.watchdog, steps.budget_s)
         txns.init()
-        consumer = factory.consumer(with_incarnation(settings, self.incarnation))
+        consumer = factory.consumer(settings)
         loop = Loop(self.parts, consumer, txns)
         consumer.subscribe(
             list(settings.topics.inputs),
@@ -245,6 +237,7 @@ class Engine:
             loop.restorer.close()  # RESTORING tasks close, the changelog reader with them
         except (KafkaException, RuntimeError) as exc:
             log.warning("closing the changelog reader failed: %s", exc)
+        self.parts.joined.note(loop.intake.consumer)  # the duplicate check's, after a close
         try:
             with self.watchdog.guard("close consumer", self.parts.steps.budget_s):
                 loop.intake.consumer.close()

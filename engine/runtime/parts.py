@@ -13,6 +13,7 @@ from engine.runtime.clients import ClientFactory, ConsumerLike
 from engine.runtime.intake.ingest import Ingest, Rejected
 from engine.runtime.intake.ordering import InputOrder
 from engine.runtime.process.collector import Collector
+from engine.runtime.process.duplicate import Joined
 from engine.runtime.process.memory import Trimmer
 from engine.runtime.process.metrics import EngineMetrics
 from engine.runtime.process.steps import Steps
@@ -48,6 +49,7 @@ class Parts:
     collector: Collector | None
     flags: Flags = field(default_factory=Flags)
     consumer: ConsumerLike | None = None  # the current clients' (None between them)
+    joined: Joined = field(default_factory=Joined)  # member ids of our joins (duplicate.py)
     order: InputOrder[Consumed] = field(init=False)
 
     def __post_init__(self) -> None:

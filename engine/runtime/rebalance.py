@@ -36,6 +36,7 @@ class Rebalance:
         self.watchdog, self.budget_s = parts.steps.watchdog, parts.steps.budget_s
 
     def on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.parts.joined.note(consumer)  # this join's member id (the duplicate check's)
         self.committer.settle()
         self.metrics.rebalances.labels(kind="assign").inc()
         if (

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Literal, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import MemberAssignment, MemberDescription
 
 from engine.runtime.clients import DEAD_LETTER_MAX_BYTES, ConsumerLike, ProducerLike
 from engine.runtime.commit.fencing import FenceReport
@@ -324,6 +326,9 @@ class FakeConsumer:
     def consumer_group_metadata(self) -> Any:
         return object()
 
+    def memberid(self) -> str | None:
+        return None  # in no group (GroupConsumer is)
+
     def close(self) -> None:
         return None
 
@@ -350,6 +355,137 @@ class FakeClients:
 
     def changelog_reader(self, settings: Settings) -> ChangelogReader:
         return FakeChangelogReader(self.broker, settings.topics.changelog)
+
+
+@dataclass
+class Member:
+    member_id: str
+    client_id: str
+    silent_since: float | None = None  # no heartbeat since then (closed, or its process died)
+
+
+class FakeGroup:
+    """The group coordinator's static members, kept as Kafka's classic group keeps them: a
+    join under a `group.instance.id` that already has a member replaces that member's id and
+    keeps the rest, its `client.id` and host included (`ClassicGroup.replaceStaticMember`); a
+    static member whose consumer stops heartbeating (closed without leaving, as static members
+    close, or its process killed) stays listed until `session_timeout_s` passes. `now` is the
+    test's clock (the engine's pauses advance it)."""
+
+    def __init__(self, session_timeout_s: float) -> None:
+        self.session_timeout_s = session_timeout_s
+        self.now = 0.0
+        self.members: dict[str, Member] = {}  # by group.instance.id
+        self.joins = 0
+
+    def join(self, instance_id: str, client_id: str) -> str:
+        """The new member id of this join."""
+        self._expire()
+        self.joins += 1
+        member_id = f"{instance_id}-{self.joins:04d}"
+        held = self.members.get(instance_id)
+        if held is None:
+            self.members[instance_id] = Member(member_id, client_id)
+        else:
+            held.member_id, held.silent_since = member_id, None
+        return member_id
+
+    def holds(self, instance_id: str, member_id: str) -> bool:
+        self._expire()
+        held = self.members.get(instance_id)
+        return held is not None and held.member_id == member_id
+
+    def silent(self, member_id: str) -> None:
+        """The consumer that joined as `member_id` sends no more heartbeats."""
+        for member in self.members.values():
+            if member.member_id == member_id and member.silent_since is None:
+                member.silent_since = self.now
+
+    def leave(self, instance_id: str) -> None:
+        self.members.pop(instance_id, None)
+
+    def _expire(self) -> None:
+        for instance_id, member in list(self.members.items()):
+            since = member.silent_since
+            if since is not None and self.now - since >= self.session_timeout_s:
+                del self.members[instance_id]
+
+    def admin(self, config: dict[str, Any]) -> FakeGroupAdmin:
+        """An `AdminClient` stand-in that describes this group."""
+        return FakeGroupAdmin(self)
+
+
+class FakeGroupAdmin:
+    def __init__(self, group: FakeGroup) -> None:
+        self.group = group
+        self.described = 0
+
+    def describe_consumer_groups(
+        self, group_ids: list[str], request_timeout: float = -1
+    ) -> dict[str, Future[Any]]:
+        self.group._expire()
+        members = [
+            MemberDescription(
+                m.member_id, m.client_id, "/127.0.0.1", MemberAssignment([]), instance_id
+            )
+            for instance_id, m in self.group.members.items()
+        ]
+        out: dict[str, Future[Any]] = {}
+        for group_id in group_ids:
+            out[group_id] = Future()
+            out[group_id].set_result(SimpleNamespace(members=members))
+        return out
+
+
+class GroupConsumer(FakeConsumer):
+    """A static member of `group` under the settings' `group.instance.id`: it joins at its
+    first consume (before its assignment), is fenced (FENCED_INSTANCE_ID, fatal) once another
+    join took the id, and stops heartbeating at close without leaving."""
+
+    def __init__(
+        self,
+        broker: FakeBroker,
+        on_idle: Callable[[], None],
+        batch: int,
+        group: FakeGroup,
+        settings: Settings,
+    ) -> None:
+        super().__init__(broker, on_idle, batch)
+        self.group = group
+        self.instance_id = settings.instance_id
+        self.client_id = str(settings.kafka.get("client.id", "rdkafka"))
+        self.member_id: str | None = None
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        if self.member_id is None:
+            self.member_id = self.group.join(self.instance_id, self.client_id)
+        elif not self.group.holds(self.instance_id, self.member_id):
+            error = KafkaError(KafkaError.FENCED_INSTANCE_ID, "static member fenced", fatal=True)
+            return [Message(error=error)]
+        return super().consume(num_messages, timeout)
+
+    def memberid(self) -> str | None:
+        return self.member_id
+
+    def close(self) -> None:
+        if self.member_id is not None:
+            self.group.silent(self.member_id)
+
+
+class GroupClients(FakeClients):
+    """`FakeClients` whose consumers are members of `group`."""
+
+    def __init__(self, broker: FakeBroker, group: FakeGroup) -> None:
+        super().__init__(broker)
+        self.group = group
+        self.consumers: list[GroupConsumer] = []
+
+    def consumer(self, settings: Settings) -> ConsumerLike:
+        consumer = GroupConsumer(
+            self.broker, lambda: self.on_idle(), self.batch, self.group, settings
+        )
+        self.consumers.append(consumer)
+        return consumer
 
 
 class FakeChangelogReader:
