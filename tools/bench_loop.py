@@ -5,7 +5,9 @@ Run from the repository root: ``.venv/bin/python -m tools.bench_loop [--sessions
 The input is tools/bench_fold.py's mix (the throughput bench's), appended to an in-memory broker
 of `--partitions` partitions; one `Engine` runs until every input is committed. It prints the
 engine's CPU per input (the process's CPU while `Engine.run` runs: no librdkafka, so this is the
-Python side of the engine alone), decisions per input and the inputs answered more than once;
+Python side of the engine alone), decisions per input, the inputs answered more than once and
+the records the order buffer released by its bounded wait (`InputOrder.waited`: released before
+every input of their task had a record buffered, so an ack may be folded ahead of its intent);
 `--profile N` prints the N largest cProfile entries by own time and by cumulative time.
 """
 
@@ -86,9 +88,10 @@ def _done(broker: FakeBroker, settings: Settings) -> bool:
 
 def run_once(
     sessions: int, partitions: int, commit_max_events: int, batch: int, profile: int
-) -> tuple[float, int, FakeBroker, Settings, str]:
+) -> tuple[float, int, FakeBroker, Settings, str, int]:
     """One engine over the whole input: (CPU seconds in `Engine.run`, inputs, broker,
-    settings, the profile's text or "")."""
+    settings, the profile's text or "", records released by the order buffer's bounded
+    wait)."""
     with tempfile.TemporaryDirectory(prefix="bench-loop-") as tmp:
         settings = _settings(Path(tmp) / "state", partitions, commit_max_events)
         broker, inputs = _broker(settings, sessions, partitions)
@@ -119,7 +122,7 @@ def run_once(
             stats.sort_stats("cumulative").print_stats(profile)
             text = out.getvalue()
         assert _done(broker, settings), "the engine stopped before every input was committed"
-        return cpu, inputs, broker, settings, text
+        return cpu, inputs, broker, settings, text, engine.order.waited
 
 
 def answered_twice(
@@ -172,7 +175,7 @@ def main() -> None:
         parser.error("--sessions, --partitions, --runs and --batch must be at least 1")
     figures = []
     for _ in range(args.runs):
-        cpu, inputs, broker, settings, text = run_once(
+        cpu, inputs, broker, settings, text, waited = run_once(
             args.sessions, args.partitions, args.commit_max_events, args.batch, args.profile
         )
         figures.append(cpu * 1e6 / inputs)
@@ -182,6 +185,7 @@ def main() -> None:
     decisions, twice, shared = answered_twice(broker, settings)
     print(f"median {sorted(figures)[len(figures) // 2]:.1f} us per input over {args.runs} runs")
     print(f"decisions per input {decisions / inputs:.4f} ({decisions} / {inputs})")
+    print(f"  {waited} records released by the order buffer's bounded wait (last run)")
     for what, count in twice.most_common():
         print(f"  {count} inputs answered more than once: {what}")
     for what, count in shared.most_common():
