@@ -93,10 +93,10 @@ def test_an_engine_cut_off_from_every_broker_is_fenced_and_the_survivor_takes_ov
     try:
         both = {"victim", "survivor"}
         wait_for_holders(direct, base, both, 90)
-        # Both answer before the first cut, as they do after each heal: a victim cut off before
-        # its owner mark landed (within a second of its first assignment) has begun no
-        # transaction, names no partition, and the survivor rightly has nothing to fence (seen
-        # once: "step A0 fenced the victim 1 times").
+        # Both answer before the first cut, as they do after each heal. A victim cut off before
+        # its owner mark lands (the cut can come within a second of its first assignment) has
+        # begun no transaction and is named by no partition: the survivor then rightly fences
+        # nothing, and the count of A0 fences below comes up one short.
         batch, _ = every_partition_answers(direct, base, "start", REJOIN_S)
         probes += batch
         with runner_traffic(direct, base, events) as sent:
