@@ -84,7 +84,9 @@ soak-core: setup
 
 ## bench: one table from one run (not a test): throughput of the raw EOS pipe, reconciler with 1
 ## and 2 processes and Quix Streams (same fold), rounds interleaved; latency; restore, RSS and
-## failover. Its own broker (instance "bench"), stopped at the end. BENCH_ARGS= passes options
+## failover. Its own broker (instance "bench"), stopped at the end, with its data in RAM
+## (kafka_local.py --in-memory: on this machine's shared disk its syncs stalled every system
+## for up to a second); BENCH_BROKER= puts it on disk. BENCH_ARGS= passes options
 ## (e.g. BENCH_ARGS="--sessions 2000 --rounds 1"). Quix lives in .venv-quix: installing it into
 ## .venv would downgrade pydantic and confluent-kafka.
 QUIX_VENV := .venv-quix
@@ -95,8 +97,9 @@ $(QUIX_VENV)/.installed: pyproject.toml
 	$(QUIX_VENV)/bin/python -m pip install --quiet --no-deps -e .
 	@touch $@
 
+BENCH_BROKER ?= --in-memory
 bench: setup $(QUIX_VENV)/.installed
-	$(PY) tools/kafka_local.py start --instance bench
+	$(PY) tools/kafka_local.py start $(BENCH_BROKER) --instance bench
 	$(PY) -m tools.bench_engine --quix-python $(QUIX_VENV)/bin/python \
 		--bootstrap-servers $$($(PY) tools/kafka_local.py bootstrap --instance bench) $(BENCH_ARGS); \
 		code=$$?; $(PY) tools/kafka_local.py stop --instance bench; exit $$code

@@ -8,6 +8,7 @@
     python tools/kafka_local.py logs   [--instance NAME] [--lines N]
 
     python tools/kafka_local.py start --secure [--instance NAME]   # SASL/SCRAM + ACLs
+    python tools/kafka_local.py start --in-memory [--instance NAME]   # data in RAM (make bench)
     python tools/kafka_local.py credentials [--instance NAME]   # principals of a secure broker
 
     python tools/kafka_local.py start --nodes 3 [--instance NAME]   # three brokers behind a
@@ -25,6 +26,13 @@ starting a duplicate.
 and turns on StandardAuthorizer ACLs for three principals: `admin` (super user, creates topics),
 `engine` and `runner`, whose rights are those the README's "Security" section lists.
 
+`--in-memory` keeps the broker's data (`.kafka/<instance>/data`, then a link) in a folder of
+the machine's RAM-backed `/dev/shm`, always fresh, removed again by `stop`. `make bench` runs
+its broker so: on a disk that the broker shares with everything else on a small machine, its
+writes back and syncs stalled every system under test for 0.4-1 s at a time a few minutes into
+a run, which decided the latency tail of whichever system was running then
+(docs/performance-history.md has the measurement).
+
 Ports are free ones picked at start, or taken from `RECONCILER_KAFKA_PORT` and
 `RECONCILER_KAFKA_CONTROLLER_PORT`.
 
@@ -35,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -60,6 +69,8 @@ CACHE = REPO / ".kafka"
 POM = REPO / "tools" / "kafka" / "pom.xml"
 KAFKA_VERSION = "4.1.1"
 LIBS = cache_root() / f"kafka-{KAFKA_VERSION}" / "libs"
+MEMORY_ROOT = Path("/dev/shm")
+MEMORY_MIN_FREE_BYTES = 4 << 30  # what `make bench` writes, about 2 GiB, twice over
 START_TIMEOUT_S = float(os.environ.get("RECONCILER_KAFKA_START_TIMEOUT", "90"))
 STOP_TIMEOUT_S = 30.0
 
@@ -131,6 +142,40 @@ def instance_dir(instance: str) -> Path:
 
 def info_path(instance: str) -> Path:
     return instance_dir(instance) / "broker.json"
+
+
+def memory_dir(instance: str) -> Path:
+    """Where an `--in-memory` instance of this clone keeps its data."""
+    clone = hashlib.sha256(str(instance_dir(instance)).encode()).hexdigest()[:12]
+    return MEMORY_ROOT / f"reconciler-kafka-{instance}-{clone}"
+
+
+def drop_memory_data(instance: str) -> None:
+    """Free the RAM of an `--in-memory` instance's data (nothing for one on disk)."""
+    data = instance_dir(instance) / "data"
+    if data.is_symlink():
+        shutil.rmtree(data.resolve(), ignore_errors=True)
+        data.unlink()
+
+
+def put_data_in_memory(instance: str) -> None:
+    """Link the instance's data folder to a fresh folder in `MEMORY_ROOT` (it must be empty)."""
+    if not MEMORY_ROOT.is_dir():
+        raise SetupError(
+            f"--in-memory needs {MEMORY_ROOT} (a RAM-backed file system). "
+            "Fix: start without --in-memory (for `make bench`: BENCH_BROKER=)."
+        )
+    free = shutil.disk_usage(MEMORY_ROOT).free
+    if free < MEMORY_MIN_FREE_BYTES:
+        raise SetupError(
+            f"--in-memory needs {MEMORY_MIN_FREE_BYTES >> 30} GiB free in {MEMORY_ROOT}, which "
+            f"has {free / (1 << 30):.1f} GiB. Fix: free it, or start without --in-memory (for "
+            "`make bench`: BENCH_BROKER=)."
+        )
+    target = memory_dir(instance)
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    (instance_dir(instance) / "data").symlink_to(target, target_is_directory=True)
 
 
 def log_path(instance: str) -> Path:
@@ -336,7 +381,9 @@ def start(
     port: int | None = None,
     controller_port: int | None = None,
     secure: bool = False,
+    in_memory: bool = False,
 ) -> BrokerInfo:
+    """`in_memory`: the data in RAM, always fresh (the module docstring)."""
     running = read_info(instance)
     if running is not None:
         print(
@@ -346,7 +393,8 @@ def start(
         return running
     ensure_jars()
     home = instance_dir(instance)
-    if fresh and home.exists():
+    if (fresh or in_memory) and home.exists():
+        drop_memory_data(instance)
         shutil.rmtree(home)
     if home.exists() and kafka_secure.is_secure(home) != secure:
         raise SetupError(
@@ -354,6 +402,8 @@ def start(
             f"Fix: add --fresh to start it {'secure' if secure else 'plain'} (wipes its data)."
         )
     home.mkdir(parents=True, exist_ok=True)
+    if in_memory:
+        put_data_in_memory(instance)
     port = port or port_from_env("RECONCILER_KAFKA_PORT") or free_port()
     controller_port = (
         controller_port or port_from_env("RECONCILER_KAFKA_CONTROLLER_PORT") or free_port()
@@ -408,9 +458,12 @@ def start(
     return info
 
 
-def stop(instance: str) -> None:
+def stop(instance: str, keep_data: bool = False) -> None:
+    """Stop the broker; an `--in-memory` instance's data goes too unless `keep_data`."""
     path = info_path(instance)
     if not path.exists():
+        if not keep_data:
+            drop_memory_data(instance)  # a broker that died leaves its RAM taken
         print(f"kafka_local: broker '{instance}' is not running")
         return
     info = BrokerInfo(**json.loads(path.read_text()))
@@ -435,6 +488,8 @@ def stop(instance: str) -> None:
             )
             os.killpg(info.pid, signal.SIGKILL)
     path.unlink(missing_ok=True)
+    if not keep_data:
+        drop_memory_data(instance)
     print(f"kafka_local: broker '{instance}' stopped")
 
 
@@ -443,7 +498,7 @@ def restart(instance: str) -> BrokerInfo:
     info = read_info(instance)
     if info is None:
         raise SetupError(f"broker '{instance}' is not running. Fix: start it first.")
-    stop(instance)
+    stop(instance, keep_data=True)
     return start(
         instance,
         fresh=False,
@@ -474,6 +529,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--secure", action="store_true", help="SASL/SCRAM-SHA-512 listener with ACLs"
     )
+    parser.add_argument(
+        "--in-memory", action="store_true", help="the data in /dev/shm, fresh, gone at stop"
+    )
     parser.add_argument("--nodes", type=int, default=1, help="brokers (3: a cluster)")
     args = parser.parse_args(argv)
     try:  # imported here: tools/kafka_cluster.py builds on this module
@@ -484,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         return kafka_cluster.main(argv if argv is not None else sys.argv[1:])
     try:
         if args.command == "start":
-            start(args.instance, args.fresh, secure=args.secure)
+            start(args.instance, args.fresh, secure=args.secure, in_memory=args.in_memory)
         elif args.command == "credentials":
             print(json.dumps(kafka_secure.read_credentials(instance_dir(args.instance))))
         elif args.command == "stop":

@@ -70,3 +70,46 @@ def test_a_cluster_id_never_starts_with_a_dash() -> None:
     assert kafka_local.cluster_id_of(dash_first) is None, "kafka-storage would read it as an option"
     draws = iter([dash_first, dash_first, bytes(16)])
     assert kafka_local.new_cluster_id(lambda: next(draws)) == "A" * 22
+
+
+def _in_memory_paths(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The instance folders under tmp_path/kafka, the RAM root at tmp_path/shm."""
+    monkeypatch.setattr(kafka_local, "CACHE", tmp_path / "kafka")
+    monkeypatch.setattr(kafka_local, "MEMORY_ROOT", tmp_path / "shm")
+    monkeypatch.setattr(kafka_local, "MEMORY_MIN_FREE_BYTES", 1)
+    (tmp_path / "shm").mkdir()
+    return tmp_path / "kafka" / "mem"
+
+
+def test_in_memory_data_starts_empty_and_stop_frees_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    home = _in_memory_paths(monkeypatch, tmp_path)
+    target = kafka_local.memory_dir("mem")
+    target.mkdir(parents=True)
+    (target / "stale-partition-0").mkdir()  # what an earlier run left behind
+    home.mkdir(parents=True)
+    kafka_local.put_data_in_memory("mem")
+    assert (home / "data").is_symlink()
+    assert (home / "data").resolve() == target.resolve()
+    assert list(target.iterdir()) == [], "an in-memory broker starts from no data"
+    (home / "data" / "topic-0").mkdir()
+    kafka_local.stop("mem", keep_data=True)  # a restart keeps it
+    assert (target / "topic-0").is_dir()
+    kafka_local.stop("mem")  # no broker.json: not running, its RAM is freed all the same
+    assert not target.exists()
+    assert not (home / "data").exists()
+
+
+def test_in_memory_without_room_names_the_fix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    home = _in_memory_paths(monkeypatch, tmp_path)
+    home.mkdir(parents=True)
+    monkeypatch.setattr(kafka_local, "MEMORY_MIN_FREE_BYTES", 1 << 60)
+    with pytest.raises(kafka_local.SetupError, match=r"GiB free.*Fix: .*without --in-memory"):
+        kafka_local.put_data_in_memory("mem")
+    monkeypatch.setattr(kafka_local, "MEMORY_ROOT", tmp_path / "no-shm")
+    with pytest.raises(kafka_local.SetupError, match=r"RAM-backed.*Fix"):
+        kafka_local.put_data_in_memory("mem")
+    assert not (home / "data").exists()
