@@ -70,7 +70,7 @@ POM = REPO / "tools" / "kafka" / "pom.xml"
 KAFKA_VERSION = "4.1.1"
 LIBS = cache_root() / f"kafka-{KAFKA_VERSION}" / "libs"
 MEMORY_ROOT = Path("/dev/shm")
-MEMORY_MIN_FREE_BYTES = 4 << 30  # what `make bench` writes, about 2 GiB, twice over
+MEMORY_MIN_FREE_BYTES = 4 << 30  # twice the 1-2 GiB make bench's runs write, as estimated
 START_TIMEOUT_S = float(os.environ.get("RECONCILER_KAFKA_START_TIMEOUT", "90"))
 STOP_TIMEOUT_S = 30.0
 
@@ -159,7 +159,7 @@ def drop_memory_data(instance: str) -> None:
 
 
 def put_data_in_memory(instance: str) -> None:
-    """Link the instance's data folder to a fresh folder in `MEMORY_ROOT` (it must be empty)."""
+    """Link the instance's data folder (not there yet) to a fresh folder in `MEMORY_ROOT`."""
     if not MEMORY_ROOT.is_dir():
         raise SetupError(
             f"--in-memory needs {MEMORY_ROOT} (a RAM-backed file system). "
